@@ -1,0 +1,1 @@
+"""The kernel: the durable loop of one agent. Knows nothing of definitions, memory or HTTP."""

@@ -1,0 +1,81 @@
+"""Agent configuration and the environment a kernel runtime runs in."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from stead.core.hooks import HookSet
+from stead.providers.base import Provider
+from stead.store.base import Store
+from stead.tools._tool import Tool
+
+__all__ = ["PERMISSION_MODES", "AgentConfig", "Env", "RetryPolicy"]
+
+PERMISSION_MODES = ("read_only", "workspace_write", "auto", "full_access")
+QueueMode = Literal["one-at-a-time", "all"]
+SETTING_NAMES = ("provider", "model", "effort", "permission_mode", "profile")
+
+
+@dataclass
+class AgentConfig:
+    """What an agent is, as stored in the `agents` table."""
+
+    provider: str
+    model: str
+    instructions: str = ""
+    tools: list[str] = field(default_factory=list)
+    name: str | None = None
+    steering_mode: QueueMode = "one-at-a-time"
+    send_mode: QueueMode = "one-at-a-time"
+    permission_mode: str = "auto"
+    max_tool_concurrency: int = 8
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def decode(raw: str) -> AgentConfig:
+        return AgentConfig(**json.loads(raw))
+
+    def initial_settings(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model, "permission_mode": self.permission_mode}
+
+
+@dataclass
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter for retryable provider and store errors."""
+
+    max_attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay)
+        cap = min(self.max_delay, self.base_delay * (2 ** max(attempt - 1, 0)))
+        return random.uniform(cap / 2, cap)
+
+
+def default_compatible(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a settings change keeps the conversation (K2): same provider and same profile."""
+    return old.get("provider") == new.get("provider") and old.get("profile") == new.get("profile")
+
+
+@dataclass
+class Env:
+    """Everything a runtime needs from its system."""
+
+    store: Store
+    providers: dict[str, Provider]
+    tools: dict[str, Tool]
+    hooks: HookSet
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    store_retry_delay: float = 0.05
+    max_payload_bytes: int = 1_000_000
+    compatible: Callable[[dict[str, Any], dict[str, Any]], bool] = default_compatible
+    resolve_provider: Callable[[dict[str, Any]], Provider | None] | None = None

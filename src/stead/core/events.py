@@ -1,0 +1,69 @@
+"""Events an agent emits to observers (`agent.events()`, `Hooks.on_event`).
+
+Provider stream events (`TextDelta`, `ReasoningDelta`, `UsageEvent`) pass through live; `BlockEnd` is
+emitted only after the block is durable; the kernel adds lifecycle events below. Every event reaches every
+observer even if one of them throws (S2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from stead.messages import Message, ToolCall, ToolResult
+from stead.providers.base import BlockEnd, Done, ReasoningDelta, TextDelta, UsageEvent
+
+__all__ = [
+    "Activated",
+    "BlockReset",
+    "Event",
+    "MessageConsumed",
+    "Settled",
+    "ToolFinished",
+    "ToolStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockReset:
+    """The partially streamed block observers saw was dropped (the stream was cut or restarted)."""
+
+    type: Literal["block_reset"] = "block_reset"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageConsumed:
+    message: Message
+    type: Literal["message_consumed"] = "message_consumed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call: ToolCall
+    type: Literal["tool_started"] = "tool_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    result: ToolResult
+    type: Literal["tool_finished"] = "tool_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Activated:
+    run_id: str
+    restored: bool
+    type: Literal["activated"] = "activated"
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    run_id: str
+    error: str | None = None
+    type: Literal["settled"] = "settled"
+
+
+Event: TypeAlias = (
+    TextDelta | ReasoningDelta | BlockEnd | UsageEvent | Done | BlockReset | MessageConsumed
+    | ToolStarted | ToolFinished | Activated | Settled
+)

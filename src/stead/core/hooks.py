@@ -1,0 +1,165 @@
+"""Hooks: the seams through which higher layers (and users) extend the kernel.
+
+Transactional hooks (`*_tx`) run inside the transaction whose change they describe; raising rolls that
+transaction back (a failing `activated_tx` refuses the message, A4). Observing hooks run after commit and
+can never fail a run: their exceptions are logged and swallowed. Subclass `Hooks` and override what you need;
+several hook objects compose in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stead.messages import Message, ToolCall, ToolResult, Usage
+
+if TYPE_CHECKING:
+    from stead.core.events import Event
+    from stead.store.base import Store, Tx
+
+__all__ = ["HookContext", "Hooks", "ResponseInfo"]
+
+log = logging.getLogger("stead.hooks")
+
+
+@dataclass
+class HookContext:
+    """What a hook sees: the agent, the current lifecycle ids, effective settings, and (for `*_tx` hooks)
+    the open transaction."""
+
+    agent_id: str
+    agent_name: str | None
+    store: Store
+    run_id: str | None = None
+    turn_id: str | None = None
+    inference_id: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    tx: Tx | None = None
+    restored: bool = False
+
+    @property
+    def permission_mode(self) -> str:
+        return str(self.settings.get("permission_mode", "auto"))
+
+
+@dataclass(frozen=True)
+class ResponseInfo:
+    """One finished inference, as told to `response_tx`."""
+
+    inference_id: str
+    provider: str
+    model: str
+    reason: str
+    usage: Usage | None
+    started_at: float
+    first_token_at: float | None
+    ended_at: float
+    error: str | None = None
+
+
+class Hooks:
+    """Override any of these. Every method is optional."""
+
+    # -- transactional -----------------------------------------------------------------------------
+    async def activated_tx(self, ctx: HookContext) -> None:
+        """Work became owed (the pending record was created), or — with `ctx.restored` — the first stage
+        after a restart of an active period."""
+
+    async def message_consumed_tx(self, ctx: HookContext, message: Message) -> None:
+        """A queued message entered history (once per message, in order)."""
+
+    async def permission_mode_changed_tx(self, ctx: HookContext, old: str, new: str) -> None:
+        """A consumed message changed the permission mode."""
+
+    async def block_tx(self, ctx: HookContext, block: Any) -> None:
+        """A completed assistant block is being appended."""
+
+    async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
+        """An inference finished (any reason); runs in the transaction recording its end."""
+
+    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        """A batch of calls was made durable (before any of them runs)."""
+
+    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+        """A call's one result is being committed."""
+
+    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+        """The active period ends: the pending record is being deleted."""
+
+    # -- decisions ---------------------------------------------------------------------------------
+    async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
+        """Return a result to answer the call without running it (policy, approvals), or None to run it."""
+        return None
+
+    # -- observing ---------------------------------------------------------------------------------
+    async def settled(self, ctx: HookContext, error: str | None) -> None:
+        """After the settlement committed and the loop stopped."""
+
+    def on_event(self, agent_id: str, event: Event) -> None:
+        """Every event, live. Must not block."""
+
+
+class HookSet:
+    """Composes several `Hooks`: transactional hooks chain (first failure propagates), observing hooks fan
+    out with per-hook failure isolation."""
+
+    def __init__(self, hooks: Sequence[Hooks]) -> None:
+        self.hooks = list(hooks)
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks)
+
+    async def activated_tx(self, ctx: HookContext) -> None:
+        for h in self.hooks:
+            await h.activated_tx(ctx)
+
+    async def message_consumed_tx(self, ctx: HookContext, message: Message) -> None:
+        for h in self.hooks:
+            await h.message_consumed_tx(ctx, message)
+
+    async def permission_mode_changed_tx(self, ctx: HookContext, old: str, new: str) -> None:
+        for h in self.hooks:
+            await h.permission_mode_changed_tx(ctx, old, new)
+
+    async def block_tx(self, ctx: HookContext, block: Any) -> None:
+        for h in self.hooks:
+            await h.block_tx(ctx, block)
+
+    async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
+        for h in self.hooks:
+            await h.response_tx(ctx, info)
+
+    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        for h in self.hooks:
+            await h.tool_dispatched_tx(ctx, calls)
+
+    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+        for h in self.hooks:
+            await h.tool_result_tx(ctx, call, result)
+
+    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+        for h in self.hooks:
+            await h.settled_tx(ctx, error)
+
+    async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
+        for h in self.hooks:
+            decision = await h.before_tool_call(ctx, call)
+            if decision is not None:
+                return decision
+        return None
+
+    async def settled(self, ctx: HookContext, error: str | None) -> None:
+        for h in self.hooks:
+            try:
+                await h.settled(ctx, error)
+            except Exception:
+                log.exception("observing hook settled() failed (ignored)")
+
+    def on_event(self, agent_id: str, event: Event) -> None:
+        for h in self.hooks:
+            try:
+                h.on_event(agent_id, event)
+            except Exception:
+                log.exception("observing hook on_event() failed (ignored)")

@@ -1,0 +1,109 @@
+"""Every exception stead raises, in one hierarchy rooted at `SteadError`.
+
+    SteadError
+      InvalidInput            bad argument given by the caller; nothing was written
+        InvalidId
+      NotFound
+        AgentNotFound
+        RunNotFound
+      Closed                  the agent or system no longer accepts work
+      StoreError              the store failed; the operation had no durable effect
+        StoreLocked           another process owns the database
+        StoreCrashed          (tests) the store was made to fail permanently
+        SchemaTooNew
+      ProviderError           a model provider failed (`retryable` tells whether retrying may help)
+      ConfigurationError      a definition, tool or provider setting is wrong
+        DefinitionError       carries file and line
+      CloseFromInside         an agent's own loop asked to close what it runs in
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentNotFound",
+    "Closed",
+    "CloseFromInside",
+    "ConfigurationError",
+    "DefinitionError",
+    "InvalidId",
+    "InvalidInput",
+    "NotFound",
+    "ProviderError",
+    "RunNotFound",
+    "SchemaTooNew",
+    "SteadError",
+    "StoreCrashed",
+    "StoreError",
+    "StoreLocked",
+]
+
+
+class SteadError(Exception):
+    """Base class of every error stead raises."""
+
+
+class InvalidInput(SteadError, ValueError):
+    """The caller passed something stead refuses; nothing was written."""
+
+
+class InvalidId(InvalidInput):
+    """An id is not a cuid2 string."""
+
+
+class NotFound(SteadError, LookupError):
+    """A named thing does not exist."""
+
+
+class AgentNotFound(NotFound):
+    """No agent has this id."""
+
+
+class RunNotFound(NotFound):
+    """No run has this id."""
+
+
+class Closed(SteadError):
+    """The agent or system is closed (or closing) and accepts no more work."""
+
+
+class CloseFromInside(SteadError):
+    """Code running inside an agent's own loop asked to close it, which would wait on itself."""
+
+
+class StoreError(SteadError):
+    """The store failed; the operation that raised it left no durable effect."""
+
+
+class StoreLocked(StoreError):
+    """Another process (or another open store in this process) owns the database."""
+
+
+class StoreCrashed(StoreError):
+    """The store was made to fail permanently (crash-point injection in tests)."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer stead; this version refuses to open it."""
+
+
+class ProviderError(SteadError):
+    """A model provider failed. `retryable` is true for 429, 5xx, overload, timeouts and dropped streams."""
+
+    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ConfigurationError(SteadError):
+    """A setting, tool, provider or model reference is wrong."""
+
+
+class DefinitionError(ConfigurationError):
+    """An agent definition file is invalid; the message starts with `file:line:`."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = f"{path}:{line}: " if path is not None and line is not None else (f"{path}: " if path else "")
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.line = line

@@ -1,0 +1,324 @@
+"""The Anthropic driver: Messages streaming on the official `anthropic` SDK.
+
+Raw stream events are normalized one content block at a time: `text` blocks stream `TextDelta`s,
+`thinking` blocks stream `ReasoningDelta`s and end as `Reasoning(text, signature)`, `redacted_thinking`
+ends as `Reasoning(data, redacted=True)`, and `tool_use` blocks assemble their `input_json_delta` fragments
+into a `ToolCall` (without Anthropic's id: stead assigns its own). Every block ends at its
+`content_block_stop`. Usage from `message_start` and `message_delta` is reported before `Done`, which
+follows `message_stop`; a stream that stops before `message_stop` raises a retryable ProviderError.
+
+Thinking blocks are replayed verbatim with their signatures, so a history reloaded after a restart is
+accepted and the prompt cache still matches. The SDK's own retries are off (`max_retries=0`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+
+from stead.errors import ConfigurationError, ProviderError
+from stead.messages import Block, Reasoning, Text, ToolCall, Usage
+from stead.providers import _errors
+from stead.providers._context import parse_arguments, to_anthropic_messages, to_anthropic_tools
+from stead.providers.base import (
+    BlockEnd,
+    Done,
+    DoneReason,
+    ProviderRequest,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    UsageEvent,
+)
+from stead.providers.catalog import Prices
+
+__all__ = ["THINKING_BUDGETS", "AnthropicProvider"]
+
+THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+"""Extended-thinking token budgets for `ProviderRequest.effort`."""
+
+_STOP: dict[str, DoneReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "refusal": "stop",
+    "tool_use": "tool_call",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+
+
+class AnthropicProvider:
+    """A `Provider` for the Anthropic Messages API.
+
+    - `api_key`: defaults to `ANTHROPIC_API_KEY`.
+    - `max_tokens`: the answer's token limit (with thinking, the thinking budget is added to it).
+    - `cache`: mark prompt-cache breakpoints on the system prompt (or last tool) and the newest block.
+    - `model`, `prices`, `client`, `timeout`: as for `OpenAIProvider`.
+    - `ProviderRequest.effort` (`minimal`, `low`, `medium`, `high`, or a number of tokens) turns on
+      extended thinking with that budget (`none`/`off` leave it off); `ProviderRequest.options` are merged
+      into the request body (e.g. `{"temperature": 0.2}` or your own `"thinking"` setting).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+        max_tokens: int = 4096,
+        name: str = "anthropic",
+        timeout: float | None = 600.0,
+        model: str | None = None,
+        prices: Prices | None = None,
+        key_env: str | None = "ANTHROPIC_API_KEY",
+        cache: bool = True,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.prices = prices
+        self.base_url = base_url
+        self.max_tokens = max_tokens
+        self.cache = cache
+        self._key_env = key_env
+        if client is None and api_key is None:
+            api_key = os.environ.get(key_env or "ANTHROPIC_API_KEY")
+            if not api_key:
+                raise ConfigurationError(
+                    f"{name}: no API key: set {key_env or 'ANTHROPIC_API_KEY'} or pass api_key="
+                )
+        self._api_key = api_key or ""
+        self._timeout = timeout
+        self._given_client = client
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _get_client(self) -> anthropic.AsyncAnthropic:
+        if self._given_client is not None:
+            return self._given_client
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            # A connection pool belongs to the loop that opened it: a new loop gets a new client.
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self._timeout
+            )
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this provider created (a given `client` is left open)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def _error(self, exc: BaseException) -> ProviderError | None:
+        return _errors.from_exception(self.name, exc, anthropic, key_env=self._key_env)
+
+    def _body(self, request: ProviderRequest) -> dict[str, Any]:
+        max_tokens = self.max_tokens
+        body: dict[str, Any] = {
+            "model": self.model or request.model,
+            "messages": to_anthropic_messages(request.messages, cache=self.cache),
+            "stream": True,
+        }
+        if request.instructions:
+            if self.cache:
+                body["system"] = [
+                    {"type": "text", "text": request.instructions, "cache_control": {"type": "ephemeral"}}
+                ]
+            else:
+                body["system"] = request.instructions
+        if request.tools:
+            body["tools"] = to_anthropic_tools(request.tools, cache=self.cache and not request.instructions)
+        budget = _thinking_budget(request.effort)
+        if budget is not None:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            max_tokens += budget
+        body["max_tokens"] = max_tokens
+        return body
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        client = self._get_client()
+        body = self._body(request)
+        extra = dict(request.options)
+        try:
+            response: Any = await client.messages.create(**body, extra_body=extra or None)
+        except Exception as exc:
+            mapped = self._error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        state = _StreamState(self.prices)
+        try:
+            raw_events = response.__aiter__()
+            while True:
+                try:
+                    raw = await raw_events.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    mapped = self._error(exc)
+                    if mapped is None:
+                        raise
+                    raise mapped from exc
+                for event in state.feed(raw):
+                    yield event
+        finally:
+            await response.close()
+        if not state.stopped:
+            raise _errors.stream_ended(self.name)
+        for event in state.end():
+            yield event
+
+
+def _thinking_budget(effort: str | None) -> int | None:
+    if effort is None or effort in ("none", "off", ""):
+        return None
+    if effort in THINKING_BUDGETS:
+        return THINKING_BUDGETS[effort]
+    if effort.isdigit():
+        return int(effort)
+    raise ConfigurationError(
+        f"unknown effort {effort!r} for Anthropic: use one of {', '.join(THINKING_BUDGETS)}, "
+        "none, or a number of thinking tokens"
+    )
+
+
+@dataclass
+class _Block:
+    kind: str
+    parts: list[str] = field(default_factory=list)
+    signature: str | None = None
+    name: str = ""
+
+
+class _StreamState:
+    """Assembles one streamed message into normalized events."""
+
+    def __init__(self, prices: Prices | None) -> None:
+        self.prices = prices
+        self.blocks: dict[int, _Block] = {}
+        self.input_tokens = 0
+        self.cache_read = 0
+        self.cache_write = 0
+        self.output_tokens = 0
+        self.stop_reason: str | None = None
+        self.stopped = False
+        self.had_calls = False
+
+    def _usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        for attr, field_name in (
+            ("input_tokens", "input_tokens"),
+            ("cache_read_input_tokens", "cache_read"),
+            ("cache_creation_input_tokens", "cache_write"),
+            ("output_tokens", "output_tokens"),
+        ):
+            value = getattr(usage, attr, None)
+            if value is not None:
+                setattr(self, field_name, int(value))
+
+    def feed(self, event: Any) -> list[StreamEvent]:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self._usage(getattr(event.message, "usage", None))
+        elif kind == "content_block_start":
+            return self._start(int(event.index), event.content_block)
+        elif kind == "content_block_delta":
+            return self._delta(int(event.index), event.delta)
+        elif kind == "content_block_stop":
+            block = self.blocks.pop(int(event.index), None)
+            done = _finish(block) if block is not None else None
+            if isinstance(done, ToolCall):
+                self.had_calls = True
+            return [BlockEnd(done)] if done is not None else []
+        elif kind == "message_delta":
+            reason = getattr(event.delta, "stop_reason", None)
+            if reason is not None:
+                self.stop_reason = str(reason)
+            self._usage(getattr(event, "usage", None))
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _start(self, index: int, content: Any) -> list[StreamEvent]:
+        ctype = getattr(content, "type", None)
+        if ctype == "text":
+            block = self.blocks[index] = _Block("text")
+            text = getattr(content, "text", "") or ""
+            if text:
+                block.parts.append(text)
+                return [TextDelta(text)]
+        elif ctype == "thinking":
+            block = self.blocks[index] = _Block(
+                "thinking", signature=getattr(content, "signature", None) or None
+            )
+            text = getattr(content, "thinking", "") or ""
+            if text:
+                block.parts.append(text)
+                return [ReasoningDelta(text)]
+        elif ctype == "redacted_thinking":
+            self.blocks[index] = _Block("redacted", parts=[str(getattr(content, "data", ""))])
+        elif ctype == "tool_use":
+            self.blocks[index] = _Block("tool_use", name=str(getattr(content, "name", "")))
+        else:
+            self.blocks[index] = _Block("other")
+        return []
+
+    def _delta(self, index: int, delta: Any) -> list[StreamEvent]:
+        block = self.blocks.get(index)
+        if block is None:
+            return []
+        dtype = getattr(delta, "type", None)
+        if dtype == "text_delta" and block.kind == "text":
+            text = str(delta.text)
+            block.parts.append(text)
+            return [TextDelta(text)] if text else []
+        if dtype == "thinking_delta" and block.kind == "thinking":
+            text = str(delta.thinking)
+            block.parts.append(text)
+            return [ReasoningDelta(text)] if text else []
+        if dtype == "signature_delta" and block.kind == "thinking":
+            block.signature = (block.signature or "") + str(delta.signature)
+        elif dtype == "input_json_delta" and block.kind == "tool_use":
+            block.parts.append(str(delta.partial_json))
+        return []
+
+    def end(self) -> list[StreamEvent]:
+        usage = Usage(
+            input_tokens=self.input_tokens + self.cache_read + self.cache_write,
+            output_tokens=self.output_tokens,
+            cached_tokens=self.cache_read,
+        )
+        if self.prices is not None:
+            usage = Usage(
+                usage.input_tokens, usage.output_tokens, usage.cached_tokens, self.prices.cost(usage)
+            )
+        reason = _STOP.get(self.stop_reason or "end_turn")
+        if reason == "stop" and self.had_calls:
+            reason = "tool_call"
+        done = (
+            Done(reason)
+            if reason is not None
+            else Done("error", error=f"the response stopped with stop_reason={self.stop_reason!r}")
+        )
+        return [UsageEvent(usage), done]
+
+
+def _finish(block: _Block) -> Block | None:
+    if block.kind == "text":
+        text = "".join(block.parts)
+        return Text(text) if text else None
+    if block.kind == "thinking":
+        return Reasoning("".join(block.parts), block.signature)
+    if block.kind == "redacted":
+        return Reasoning("".join(block.parts), None, redacted=True)
+    if block.kind == "tool_use":
+        return ToolCall(block.name, parse_arguments("".join(block.parts)))
+    return None

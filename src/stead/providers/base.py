@@ -1,0 +1,102 @@
+"""The provider protocol: a request in, an async stream of normalized events out (DESIGN §6).
+
+A provider never touches the store. The kernel persists completed blocks (`BlockEnd`) and treats everything
+else as live-only. A stream must end with exactly one `Done`; a stream that stops without it is treated as
+cut off (S3). Errors are raised as `stead.ProviderError` (with `retryable`) or reported as `Done("error")`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from stead.messages import Block, Message, Usage
+
+__all__ = [
+    "BlockEnd",
+    "Done",
+    "DoneReason",
+    "Provider",
+    "ProviderRequest",
+    "ReasoningDelta",
+    "StreamEvent",
+    "TextDelta",
+    "ToolSpec",
+    "UsageEvent",
+]
+
+DoneReason: TypeAlias = Literal["stop", "tool_call", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about one tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """Everything one inference needs. `messages` is the provider context (history + consumed input)."""
+
+    model: str
+    instructions: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    agent_id: str = ""
+    inference_id: str = ""
+    effort: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    type: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEnd:
+    """A block is complete. Only completed blocks are ever persisted."""
+
+    block: Block
+    type: Literal["block_end"] = "block_end"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    usage: Usage
+    type: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The response ended. `error` explains `reason == "error"`.
+
+    Providers set `reason` (and `error`); the kernel re-emits one `Done` per response to observers with
+    `inference_id` and the response's `usage` (tokens and cost) filled in."""
+
+    reason: DoneReason
+    error: str | None = None
+    usage: Usage | None = None
+    inference_id: str | None = None
+    type: Literal["done"] = "done"
+
+
+StreamEvent: TypeAlias = TextDelta | ReasoningDelta | BlockEnd | UsageEvent | Done
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Turns a request into a stream of normalized events."""
+
+    def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]: ...

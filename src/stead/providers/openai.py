@@ -1,0 +1,280 @@
+"""The OpenAI driver: Chat Completions streaming on the official `openai` SDK.
+
+It also talks to any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio) through `base_url`;
+those need no key. The SDK's own retries are off (`max_retries=0`): the kernel retries
+`ProviderError(retryable=True)` with backoff while the stage stays durable.
+
+Normalization: a `TextDelta` per content delta and a `ReasoningDelta` per `reasoning_content` /
+`reasoning` delta (sent by servers that expose reasoning); reasoning ends when content or a tool call
+starts, text ends when a tool call starts or at the finish; tool calls are assembled from index-keyed
+fragments and end at the finish, their arguments JSON-parsed (the raw text is kept when that fails).
+Provider tool-call ids are dropped: stead assigns its own and replays them as the wire ids. The stream ends
+with `UsageEvent` (when the server reports usage) and `Done`; a stream that stops before a `finish_reason`
+raises a retryable ProviderError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from stead.errors import ConfigurationError, ProviderError
+from stead.messages import Reasoning, Text, ToolCall, Usage
+from stead.providers import _errors
+from stead.providers._context import parse_arguments, to_openai_messages, to_openai_tools
+from stead.providers.base import (
+    BlockEnd,
+    Done,
+    DoneReason,
+    ProviderRequest,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    UsageEvent,
+)
+from stead.providers.catalog import Prices
+
+__all__ = ["OpenAIProvider"]
+
+_NO_KEY = "sk-no-key-required"
+_FINISH: dict[str, DoneReason] = {
+    "stop": "stop",
+    "tool_calls": "tool_call",
+    "function_call": "tool_call",
+    "length": "length",
+}
+
+
+class OpenAIProvider:
+    """A `Provider` for OpenAI Chat Completions and OpenAI-compatible servers.
+
+    - `api_key`: defaults to `OPENAI_API_KEY` when talking to OpenAI itself (no `base_url`); a server at a
+      `base_url` gets a placeholder key unless one is given (your OpenAI key is never sent elsewhere).
+    - `model`: when set, sent instead of `ProviderRequest.model` (a provider built for a route).
+    - `prices`: when set, `Usage.cost` is filled in.
+    - `client`: an `openai.AsyncOpenAI` to use as is (its retry settings are then yours).
+    - `ProviderRequest.effort` becomes `reasoning_effort`; `ProviderRequest.options` are merged into the
+      request body (e.g. `{"temperature": 0.2, "max_completion_tokens": 1000}`).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        name: str = "openai",
+        client: openai.AsyncOpenAI | None = None,
+        timeout: float | None = 600.0,
+        model: str | None = None,
+        prices: Prices | None = None,
+        key_env: str | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.prices = prices
+        self.base_url = base_url
+        self._key_env = key_env if key_env is not None else ("OPENAI_API_KEY" if base_url is None else None)
+        if client is None:
+            if api_key is None:
+                api_key = os.environ.get("OPENAI_API_KEY") if base_url is None else None
+                if api_key is None and base_url is None:
+                    raise ConfigurationError(
+                        f"{name}: no API key: set OPENAI_API_KEY or pass api_key= "
+                        "(an OpenAI-compatible server at base_url= needs none)"
+                    )
+            self._api_key = api_key or _NO_KEY
+        else:
+            self._api_key = ""
+        self._timeout = timeout
+        self._given_client = client
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        if self._given_client is not None:
+            return self._given_client
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            # A connection pool belongs to the loop that opened it: a new loop gets a new client.
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self._timeout
+            )
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this provider created (a given `client` is left open)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def _error(self, exc: BaseException) -> ProviderError | None:
+        return _errors.from_exception(self.name, exc, openai, key_env=self._key_env)
+
+    def _body(self, request: ProviderRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model or request.model,
+            "messages": to_openai_messages(request.instructions, request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        if request.effort is not None:
+            body["reasoning_effort"] = request.effort
+        return body
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
+        client = self._get_client()
+        body = self._body(request)
+        extra = dict(request.options)
+        try:
+            response: Any = await client.chat.completions.create(**body, extra_body=extra or None)
+        except Exception as exc:
+            mapped = self._error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        state = _StreamState(self.prices)
+        try:
+            chunks = response.__aiter__()
+            while True:
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    mapped = self._error(exc)
+                    if mapped is None:
+                        raise
+                    raise mapped from exc
+                for event in state.feed(chunk):
+                    yield event
+        finally:
+            await response.close()
+        if state.finish is None:
+            raise _errors.stream_ended(self.name)
+        for event in state.end():
+            yield event
+
+
+@dataclass
+class _Call:
+    id: str | None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class _StreamState:
+    """Assembles one streamed completion into normalized events."""
+
+    def __init__(self, prices: Prices | None) -> None:
+        self.prices = prices
+        self.reasoning: list[str] = []
+        self.text: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+        self.had_calls = False
+        self._next_key = 1 << 30
+
+    def _end_reasoning(self) -> list[StreamEvent]:
+        if not self.reasoning:
+            return []
+        block = Reasoning("".join(self.reasoning))
+        self.reasoning = []
+        return [BlockEnd(block)]
+
+    def _end_text(self) -> list[StreamEvent]:
+        if not self.text:
+            return []
+        block = Text("".join(self.text))
+        self.text = []
+        return [BlockEnd(block)]
+
+    def feed(self, chunk: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = _usage(usage)
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) != 0:
+                continue
+            delta = choice.delta
+            if delta is not None:
+                reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+                if isinstance(reasoning, str) and reasoning:
+                    self.reasoning.append(reasoning)
+                    events.append(ReasoningDelta(reasoning))
+                content = delta.content or getattr(delta, "refusal", None)
+                if isinstance(content, str) and content:
+                    events += self._end_reasoning()
+                    self.text.append(content)
+                    events.append(TextDelta(content))
+                if delta.tool_calls:
+                    events += self._end_reasoning()
+                    events += self._end_text()
+                    for fragment in delta.tool_calls:
+                        self._add_fragment(fragment)
+            if choice.finish_reason is not None:
+                self.finish = str(choice.finish_reason)
+                events += self._end_reasoning()
+                events += self._end_text()
+                self.had_calls = self.had_calls or bool(self.calls)
+                for call in self.calls.values():
+                    events.append(BlockEnd(ToolCall(call.name, parse_arguments("".join(call.arguments)))))
+                self.calls = {}
+        return events
+
+    def _add_fragment(self, fragment: Any) -> None:
+        index = int(getattr(fragment, "index", None) or 0)
+        fragment_id = getattr(fragment, "id", None)
+        call = self.calls.get(index)
+        if call is not None and fragment_id and call.id and fragment_id != call.id:
+            # Some servers number every call 0; a new id at a used index starts a new call.
+            index, self._next_key = self._next_key, self._next_key + 1
+            call = None
+        if call is None:
+            call = self.calls[index] = _Call(id=fragment_id)
+        elif fragment_id and not call.id:
+            call.id = fragment_id
+        function = getattr(fragment, "function", None)
+        if function is not None:
+            if function.name:
+                call.name += function.name
+            if function.arguments:
+                call.arguments.append(function.arguments)
+
+    def end(self) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        if self.usage is not None:
+            usage = self.usage
+            if self.prices is not None:
+                usage = Usage(
+                    usage.input_tokens, usage.output_tokens, usage.cached_tokens, self.prices.cost(usage)
+                )
+            events.append(UsageEvent(usage))
+        finish = self.finish or "stop"
+        reason = _FINISH.get(finish)
+        if reason == "stop" and self.had_calls:
+            reason = "tool_call"  # some compatible servers report "stop" after tool calls
+        if reason is None:
+            events.append(Done("error", error=f"the response stopped with finish_reason={finish!r}"))
+        else:
+            events.append(Done(reason))
+        return events
+
+
+def _usage(usage: Any) -> Usage:
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cached_tokens=int(cached or 0),
+    )

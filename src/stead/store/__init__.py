@@ -1,0 +1,19 @@
+"""Stores: the `Store` protocol and its implementations. `open_store(url)` picks one by URL scheme."""
+
+from __future__ import annotations
+
+from stead.errors import InvalidInput
+from stead.store.base import AgentRow, Store, Tx
+from stead.store.faults import Faults
+from stead.store.sqlite import SqliteStore
+
+__all__ = ["AgentRow", "Faults", "SqliteStore", "Store", "Tx", "open_store"]
+
+
+async def open_store(url: str, *, faults: Faults | None = None) -> SqliteStore:
+    """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`)."""
+    if url.startswith("sqlite:"):
+        return await SqliteStore.open(url, faults=faults)
+    if url.startswith(("postgresql:", "postgres:")):
+        raise InvalidInput("PostgreSQL stores are not available yet in this version; use sqlite:///file.db")
+    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")

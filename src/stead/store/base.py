@@ -1,0 +1,113 @@
+"""The store contract (DESIGN §4): the one place durable state lives.
+
+A `Store` serves one process. All reads and writes happen inside `transaction()`, which is atomic; a nested
+call from the same task joins the outer transaction; `after_commit` callbacks run only after the outermost
+commit and never after a rollback. In-memory state in the layers above changes only in those callbacks, so
+memory and storage never diverge.
+
+Per agent there is an ordered key/value space and an append-only list of history records; both hold strings
+(compact JSON written by the kernel). Relational rows (`agents`, and tables owned by higher layers) are
+reached through the same transaction so that observability rows commit with the state change they describe.
+
+A store that serves several worker processes (PostgreSQL) additionally checks, on every write, that this
+process still holds the agent's lease (`fence`); the kernel never needs to know which kind it talks to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["AgentRow", "Store", "Tx"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """One row of the `agents` table."""
+
+    id: str
+    name: str | None
+    config: str
+    created_at: float
+
+
+class Tx(Protocol):
+    """An open transaction. Every method is a store operation (counted by fault injection)."""
+
+    # --- per-agent ordered KV -------------------------------------------------------------------
+    async def get(self, agent_id: str, key: str) -> str | None: ...
+    async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
+        """Entries whose key starts with `prefix`, sorted by key."""
+        ...
+
+    async def last_key(self, agent_id: str, prefix: str) -> str | None:
+        """The greatest key starting with `prefix`, or None."""
+        ...
+
+    async def write(self, agent_id: str, key: str, value: str) -> None: ...
+    async def write_if_absent(self, agent_id: str, key: str, value: str) -> bool:
+        """Write only if the key is absent; return whether this call wrote. The store arbitrates races."""
+        ...
+
+    async def delete(self, agent_id: str, key: str) -> bool:
+        """Delete a key; return whether it existed (so a delete can arbitrate a claim)."""
+        ...
+
+    async def delete_prefix(self, agent_id: str, prefix: str) -> int: ...
+
+    # --- per-agent append-only history ----------------------------------------------------------
+    async def append(self, agent_id: str, records: Sequence[str]) -> None: ...
+    async def load(self, agent_id: str) -> list[str]: ...
+    async def clear(self, agent_id: str) -> None:
+        """Delete all history records (only inside a replacement transaction)."""
+        ...
+
+    # --- agents table ---------------------------------------------------------------------------
+    async def insert_agent(self, row: AgentRow) -> bool: ...
+    async def get_agent(self, agent_id: str) -> AgentRow | None: ...
+    async def list_agents(self) -> list[tuple[AgentRow, bool]]:
+        """Every agent with whether it owes work (a `pending` record exists)."""
+        ...
+
+    async def delete_agent(self, agent_id: str) -> bool:
+        """Remove the agent row, its KV and its history."""
+        ...
+
+    async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:
+        """Agents with a `pending` record, with that record. Reads no transcript."""
+        ...
+
+    # --- relational escape hatch for higher layers (observability, memory) ----------------------
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    # --- transaction control --------------------------------------------------------------------
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run `fn` after the outermost commit; dropped on rollback (also of an enclosing savepoint)."""
+        ...
+
+    def savepoint(self) -> AbstractAsyncContextManager[None]:
+        """A nested atomic section: an exception inside rolls back only this section, then re-raises."""
+        ...
+
+
+class Store(Protocol):
+    """A database holding every agent of one `AgentSystem`."""
+
+    url: str
+    ops: int
+
+    def transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """Open a transaction, or join the one the current task already has open on this store."""
+        ...
+
+    def current(self) -> Tx | None:
+        """The transaction the current task has open on this store, if any."""
+        ...
+
+    async def close(self) -> None:
+        """Release the database (and the process lock). Idempotent."""
+        ...
+

@@ -1,0 +1,316 @@
+"""`AgentSystem`: owns one store; creates, finds, restores and deletes agents; closes cleanly.
+
+Opening restores exactly the agents that owe work, by reading their small pending records — never their
+transcripts (R3). Acceptances from concurrent callers are grouped into one transaction (group commit),
+each in its own savepoint, so a hundred concurrent senders cost one commit, and a failing one refuses only
+itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from stead._ids import is_valid_id, new_id
+from stead.agent import Agent
+from stead.core.config import AgentConfig, Env, RetryPolicy
+from stead.core.hooks import Hooks, HookSet
+from stead.core.records import Pending
+from stead.core.runtime import AgentRuntime, Inbound, inside_agent
+from stead.errors import (
+    AgentNotFound,
+    Closed,
+    CloseFromInside,
+    ConfigurationError,
+    InvalidId,
+    InvalidInput,
+    StoreError,
+)
+from stead.providers.base import Provider
+from stead.store import Faults, Store, open_store
+from stead.store.base import AgentRow
+from stead.tools._tool import Tool, tool
+
+__all__ = ["AgentInfo", "AgentSystem", "open"]
+
+log = logging.getLogger("stead.system")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """A row of `system.agents()`."""
+
+    id: str
+    name: str | None
+    active: bool
+    created_at: float
+
+
+class AgentSystem:
+    """Every agent of one store. Use `await stead.open(url, ...)`, ideally as `async with`."""
+
+    def __init__(self, store: Store, env: Env) -> None:
+        self.store = store
+        self._env = env
+        self._runtimes: dict[str, AgentRuntime] = {}
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._pending_accepts: list[tuple[AgentRuntime, list[Inbound], asyncio.Future[list[bool]]]] = []
+        self._flush_task: asyncio.Task[None] | None = None
+        self._inflight = 0
+        self.restored: list[str] = []
+
+    async def __aenter__(self) -> AgentSystem:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ registry
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return self._env.tools
+
+    @property
+    def providers(self) -> dict[str, Provider]:
+        return self._env.providers
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise Closed("the agent system is closed")
+
+    def _check_provider(self, name: str, model: Any) -> None:
+        if name in self._env.providers:
+            return
+        if self._env.resolve_provider is not None and self._env.resolve_provider(
+                {"provider": name, "model": model}) is not None:
+            return
+        known = ", ".join(sorted(self._env.providers)) or "none"
+        raise ConfigurationError(f"unknown provider {name!r}; registered providers: {known}")
+
+    # ------------------------------------------------------------------ agents
+    async def create(self, *, provider: str | None = None, model: str | None = None, instructions: str = "",
+                     tools: Sequence[str] = (), agent_id: str | None = None, name: str | None = None,
+                     steering_mode: str = "one-at-a-time", send_mode: str = "one-at-a-time",
+                     permission_mode: str = "auto", max_tool_concurrency: int = 8,
+                     extra: dict[str, Any] | None = None) -> Agent:
+        """Create an agent. Unknown providers or tools, a malformed or taken id are refused before any write."""
+        self._check_open()
+        if agent_id is not None and not is_valid_id(agent_id):
+            raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
+        if provider is None:
+            if len(self._env.providers) == 1 and self._env.resolve_provider is None:
+                provider = next(iter(self._env.providers))
+            elif model is not None and ":" in model:
+                provider = model.split(":", 1)[0]
+            else:
+                raise ConfigurationError("create() needs provider= (or a model string like 'openai:gpt-4.1')")
+        if model is None:
+            model = "default"
+        self._check_provider(provider, model)
+        unknown = [t for t in tools if t not in self._env.tools]
+        if unknown:
+            known = ", ".join(sorted(self._env.tools)) or "none"
+            raise ConfigurationError(f"unknown tool(s) {', '.join(unknown)}; registered tools: {known}")
+        for mode in (steering_mode, send_mode):
+            if mode not in ("one-at-a-time", "all"):
+                raise InvalidInput(f"queue mode must be 'one-at-a-time' or 'all', not {mode!r}")
+        from stead.core.config import PERMISSION_MODES
+
+        if permission_mode not in PERMISSION_MODES:
+            raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
+        config = AgentConfig(
+            provider=provider, model=model, instructions=instructions, tools=list(tools), name=name,
+            steering_mode=steering_mode, send_mode=send_mode, permission_mode=permission_mode,  # type: ignore[arg-type]
+            max_tool_concurrency=max_tool_concurrency, extra=dict(extra or {}),
+        )
+        aid = agent_id or new_id()
+        async with self.store.transaction() as tx:
+            if not await tx.insert_agent(AgentRow(aid, name, config.encode(), time.time())):
+                raise InvalidInput(f"an agent with id {aid} already exists")
+        rt = AgentRuntime(aid, config, self._env)
+        self._runtimes[aid] = rt
+        return Agent(self, rt)
+
+    async def get(self, agent_id: str) -> Agent:
+        """The agent with this id; raises `AgentNotFound`."""
+        rt = self._runtimes.get(agent_id)
+        if rt is None:
+            if not is_valid_id(agent_id):
+                raise AgentNotFound(f"no agent with id {agent_id!r}")
+            async with self.store.transaction() as tx:
+                row = await tx.get_agent(agent_id)
+            if row is None:
+                raise AgentNotFound(f"no agent with id {agent_id!r}")
+            rt = self._runtimes.get(agent_id)
+            if rt is None:
+                rt = self._runtimes[agent_id] = AgentRuntime(agent_id, AgentConfig.decode(row.config), self._env)
+        return Agent(self, rt)
+
+    async def agents(self) -> list[AgentInfo]:
+        """Every agent with whether it owes work."""
+        async with self.store.transaction() as tx:
+            rows = await tx.list_agents()
+        return [AgentInfo(r.id, r.name, active, r.created_at) for r, active in rows]
+
+    async def delete(self, agent_id: str) -> None:
+        """Stop the agent (abort its turn) and remove it with its history and state."""
+        rt = self._runtimes.get(agent_id)
+        if rt is not None:
+            await rt.abort()
+            rt.drain()
+            await rt.wait_stopped()
+            rt.closed = True
+            rt.close_streams()
+        async with self.store.transaction() as tx:
+            existed = await tx.delete_agent(agent_id)
+        self._runtimes.pop(agent_id, None)
+        if not existed:
+            raise AgentNotFound(f"no agent with id {agent_id!r}")
+
+    # ------------------------------------------------------------------ acceptance (group commit)
+    async def _accept(self, rt: AgentRuntime, items: list[Inbound]) -> list[bool]:
+        rt.check_open()
+        rt.begin_accept()
+        self._inflight += 1
+        try:
+            outer = self.store.current()
+            if outer is not None:
+                # A6: inside the caller's transaction; published when (and only if) the caller commits
+                return [await rt.accept(outer, item) for item in items]
+            fut: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
+            self._pending_accepts.append((rt, items, fut))
+            if self._flush_task is None:
+                self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+            return await fut
+        finally:
+            self._inflight -= 1
+            rt.end_accept()
+
+    async def _flush(self) -> None:
+        """Commit every acceptance submitted so far in one transaction, each in its own savepoint."""
+        await asyncio.sleep(0)  # one scheduling round: concurrent senders join this commit
+        batch, self._pending_accepts = self._pending_accepts, []
+        self._flush_task = None
+        if self._pending_accepts and self._flush_task is None:  # pragma: no cover - defensive
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+        outcomes: list[list[bool] | BaseException] = []
+        try:
+            async with self.store.transaction() as tx:
+                for rt, items, _ in batch:
+                    try:
+                        if len(batch) == 1:
+                            outcomes.append([await rt.accept(tx, item) for item in items])
+                        else:
+                            async with tx.savepoint():
+                                outcomes.append([await rt.accept(tx, item) for item in items])
+                    except Exception as e:
+                        if len(batch) == 1:
+                            raise
+                        outcomes.append(e)
+        except BaseException as e:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else StoreError(str(e)))
+            if not isinstance(e, Exception):
+                raise
+            return
+        for (_, _, fut), outcome in zip(batch, outcomes, strict=True):
+            if fut.done():
+                continue
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+    # ------------------------------------------------------------------ restore / close
+    async def _restore(self) -> None:
+        """R1/R3: start every agent whose pending record exists, reading only small records."""
+        async with self.store.transaction() as tx:
+            owing = await tx.agents_owing_work()
+        for row, raw in owing:
+            pending = Pending.decode(raw)
+            if pending is None:
+                continue
+            rt = AgentRuntime(row.id, AgentConfig.decode(row.config), self._env)
+            self._runtimes[row.id] = rt
+            self.restored.append(row.id)
+            rt.restore(pending)
+
+    async def drain(self) -> None:
+        """Stop every agent before its next provider request; durable work stays for the next owner."""
+        for rt in list(self._runtimes.values()):
+            rt.drain()
+        await asyncio.gather(*(rt.wait_stopped() for rt in list(self._runtimes.values())))
+
+    async def close(self) -> None:
+        """Refuse new work, finish admitted acceptances, drain every agent, release the store.
+
+        From inside an agent's own loop (a tool, a hook) this raises `CloseFromInside` instead of waiting
+        on itself; the close still happens once that agent's turn ends."""
+        if inside_agent.get() is not None:
+            if not self._closing:
+                self._closing = True
+                task = asyncio.get_running_loop().create_task(self._close())
+                self._background = task
+            raise CloseFromInside("close() was called from inside an agent's own loop; it will complete "
+                                  "after the current turn instead of waiting on itself")
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        await self._close()
+
+    async def _close(self) -> None:
+        try:
+            while self._flush_task is not None or self._pending_accepts:
+                task = self._flush_task
+                if task is not None:
+                    await asyncio.wait([task])
+                else:
+                    await asyncio.sleep(0)
+            await self.drain()
+            for rt in self._runtimes.values():
+                rt.closed = True
+                rt.close_streams()
+            await self.store.close()
+        finally:
+            self._closed.set()
+
+    def abandon(self) -> None:
+        """Drop everything in memory without writing (tests: after an injected store crash)."""
+        self._closing = True
+        for rt in self._runtimes.values():
+            rt.kill()
+            rt.closed = True
+        self._closed.set()
+
+
+async def open(url: str = "sqlite:///stead.db", *, providers: dict[str, Provider] | None = None,
+               tools: Iterable[Tool | Callable[..., Any]] = (), hooks: Hooks | Sequence[Hooks] | None = None,
+               retry: RetryPolicy | None = None, faults: Faults | None = None,
+               max_payload_bytes: int = 1_000_000) -> AgentSystem:
+    """Open (or create) the store at `url`, register providers and tools, and restore every agent that
+    owes work. Raises `stead.StoreLocked` at once if another process owns the store."""
+    tool_map: dict[str, Tool] = {}
+    for t in tools:
+        t_obj = t if isinstance(t, Tool) else tool(t)
+        if t_obj.name in tool_map:
+            raise ConfigurationError(f"two tools are named {t_obj.name!r}")
+        tool_map[t_obj.name] = t_obj
+    hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
+    store = await open_store(url, faults=faults)
+    env = Env(store=store, providers=dict(providers or {}), tools=tool_map, hooks=HookSet(hook_list),
+              retry=retry or RetryPolicy(), max_payload_bytes=max_payload_bytes)
+    system = AgentSystem(store, env)
+    try:
+        await system._restore()
+    except BaseException:
+        await store.close()
+        raise
+    return system
