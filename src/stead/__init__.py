@@ -12,7 +12,15 @@ Package layout (each layer depends only on those above it in this list):
 
 from stead.agent import Acceptance, Agent, Input
 from stead.core.config import RetryPolicy
-from stead.core.events import Activated, BlockReset, Event, MessageConsumed, Settled, ToolFinished, ToolStarted
+from stead.core.events import (
+    Activated,
+    BlockReset,
+    Event,
+    MessageConsumed,
+    Settled,
+    ToolFinished,
+    ToolStarted,
+)
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.errors import (
     AgentNotFound,

@@ -15,7 +15,7 @@ from stead.core.config import PERMISSION_MODES
 from stead.core.events import Event
 from stead.core.runtime import AgentRuntime, Inbound
 from stead.errors import Closed, InvalidId, InvalidInput
-from stead.messages import Block, Message, Text, ToolCall, ToolResult, encode_block
+from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, encode_block
 
 if TYPE_CHECKING:
     from stead.system import AgentSystem
@@ -72,19 +72,37 @@ class Agent:
         """The effective per-message settings (provider, model, effort, permission_mode, profile)."""
         return dict(self._rt.settings)
 
-    async def send(self, content: str | Sequence[Block], *, id: str | None = None, role: Literal["user", "system"] = "user",
-                   metadata: dict[str, Any] | None = None, provider: str | None = None, model: str | None = None,
-                   effort: str | None = None, permission_mode: str | None = None,
-                   profile: str | None = None) -> Acceptance:
+    async def send(
+        self,
+        content: str | Sequence[Block],
+        *,
+        id: str | None = None,
+        role: Literal["user", "system"] = "user",
+        metadata: dict[str, Any] | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        effort: str | None = None,
+        permission_mode: str | None = None,
+        profile: str | None = None,
+    ) -> Acceptance:
         """Queue a message for when the agent would otherwise stop. Returns after the durable write (A2)."""
         settings = _settings(provider, model, effort, permission_mode, profile)
         (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings)])
         return acc
 
-    async def steer(self, content: str | Sequence[Block], *, id: str | None = None, role: Literal["user", "system"] = "user",
-                    metadata: dict[str, Any] | None = None, provider: str | None = None, model: str | None = None,
-                    effort: str | None = None, permission_mode: str | None = None,
-                    profile: str | None = None) -> Acceptance:
+    async def steer(
+        self,
+        content: str | Sequence[Block],
+        *,
+        id: str | None = None,
+        role: Literal["user", "system"] = "user",
+        metadata: dict[str, Any] | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        effort: str | None = None,
+        permission_mode: str | None = None,
+        profile: str | None = None,
+    ) -> Acceptance:
         """Queue a message injected at the next boundary between responses (outranks sends, C2)."""
         settings = _settings(provider, model, effort, permission_mode, profile)
         (acc,) = await self.deliver([Input(content, id, "steer", role, metadata, settings)])
@@ -106,8 +124,10 @@ class Agent:
         """A7: refuse bad input before any write, and copy the payload."""
         msg_id = item.id if item.id is not None else new_id()
         if not is_valid_id(msg_id):
-            raise InvalidId(f"message id {item.id!r} is not a cuid2 id (lowercase letters and digits, "
-                            "starting with a letter, 2–32 characters)")
+            raise InvalidId(
+                f"message id {item.id!r} is not a cuid2 id (lowercase letters and digits, "
+                "starting with a letter, 2–32 characters)"
+            )
         if item.delivery not in ("send", "steer"):
             raise InvalidInput(f"delivery must be 'send' or 'steer', not {item.delivery!r}")
         if item.role not in ("user", "system"):
@@ -174,11 +194,21 @@ class _EventStream:
         self._rt.unsubscribe(self._q)
 
 
-def _settings(provider: str | None, model: str | None, effort: str | None, permission_mode: str | None,
-              profile: str | None) -> dict[str, Any]:
+def _settings(
+    provider: str | None,
+    model: str | None,
+    effort: str | None,
+    permission_mode: str | None,
+    profile: str | None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k, v in (("provider", provider), ("model", model), ("effort", effort), ("permission_mode", permission_mode),
-                 ("profile", profile)):
+    for k, v in (
+        ("provider", provider),
+        ("model", model),
+        ("effort", effort),
+        ("permission_mode", permission_mode),
+        ("profile", profile),
+    ):
         if v is not None:
             out[k] = v
     return out
@@ -195,7 +225,7 @@ def _content_blocks(content: str | Sequence[Block]) -> list[Block]:
     for b in blocks:
         if isinstance(b, ToolCall | ToolResult):
             raise InvalidInput("input messages may contain text (and reasoning) blocks only")
-        if not isinstance(b, Block.__args__):  # type: ignore[attr-defined]
+        if not isinstance(b, Text | Reasoning):
             raise InvalidInput(f"not a content block: {b!r}")
     if all(isinstance(b, Text) and not b.text.strip() for b in blocks):
         raise InvalidInput("message content is empty")

@@ -1,28 +1,28 @@
 """Every exception stead raises, in one hierarchy rooted at `SteadError`.
 
-    SteadError
-      InvalidInput            bad argument given by the caller; nothing was written
-        InvalidId
-      NotFound
-        AgentNotFound
-        RunNotFound
-      Closed                  the agent or system no longer accepts work
-      StoreError              the store failed; the operation had no durable effect
-        StoreLocked           another process owns the database
-        StoreCrashed          (tests) the store was made to fail permanently
-        SchemaTooNew
-      ProviderError           a model provider failed (`retryable` tells whether retrying may help)
-      ConfigurationError      a definition, tool or provider setting is wrong
-        DefinitionError       carries file and line
-      CloseFromInside         an agent's own loop asked to close what it runs in
+SteadError
+  InvalidInput            bad argument given by the caller; nothing was written
+    InvalidId
+  NotFound
+    AgentNotFound
+    RunNotFound
+  Closed                  the agent or system no longer accepts work
+  StoreError              the store failed; the operation had no durable effect
+    StoreLocked           another process owns the database
+    StoreCrashed          (tests) the store was made to fail permanently
+    SchemaTooNew
+  ProviderError           a model provider failed (`retryable` tells whether retrying may help)
+  ConfigurationError      a definition, tool or provider setting is wrong
+    DefinitionError       carries file and line
+  CloseFromInside         an agent's own loop asked to close what it runs in
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AgentNotFound",
-    "Closed",
     "CloseFromInside",
+    "Closed",
     "ConfigurationError",
     "DefinitionError",
     "InvalidId",

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from stead._ids import is_valid_id, new_id
 from stead.agent import Agent
-from stead.core.config import AgentConfig, Env, RetryPolicy
+from stead.core.config import AgentConfig, Env, QueueMode, RetryPolicy
 from stead.core.hooks import Hooks, HookSet
 from stead.core.records import Pending
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
@@ -68,7 +68,9 @@ class AgentSystem:
     async def __aenter__(self) -> AgentSystem:
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     # ------------------------------------------------------------------ registry
@@ -87,19 +89,31 @@ class AgentSystem:
     def _check_provider(self, name: str, model: Any) -> None:
         if name in self._env.providers:
             return
-        if self._env.resolve_provider is not None and self._env.resolve_provider(
-                {"provider": name, "model": model}) is not None:
+        if (
+            self._env.resolve_provider is not None
+            and self._env.resolve_provider({"provider": name, "model": model}) is not None
+        ):
             return
         known = ", ".join(sorted(self._env.providers)) or "none"
         raise ConfigurationError(f"unknown provider {name!r}; registered providers: {known}")
 
     # ------------------------------------------------------------------ agents
-    async def create(self, *, provider: str | None = None, model: str | None = None, instructions: str = "",
-                     tools: Sequence[str] = (), agent_id: str | None = None, name: str | None = None,
-                     steering_mode: str = "one-at-a-time", send_mode: str = "one-at-a-time",
-                     permission_mode: str = "auto", max_tool_concurrency: int = 8,
-                     extra: dict[str, Any] | None = None) -> Agent:
-        """Create an agent. Unknown providers or tools, a malformed or taken id are refused before any write."""
+    async def create(
+        self,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        instructions: str = "",
+        tools: Sequence[str] = (),
+        agent_id: str | None = None,
+        name: str | None = None,
+        steering_mode: str = "one-at-a-time",
+        send_mode: str = "one-at-a-time",
+        permission_mode: str = "auto",
+        max_tool_concurrency: int = 8,
+        extra: dict[str, Any] | None = None,
+    ) -> Agent:
+        """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten."""
         self._check_open()
         if agent_id is not None and not is_valid_id(agent_id):
             raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
@@ -125,9 +139,16 @@ class AgentSystem:
         if permission_mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
         config = AgentConfig(
-            provider=provider, model=model, instructions=instructions, tools=list(tools), name=name,
-            steering_mode=steering_mode, send_mode=send_mode, permission_mode=permission_mode,  # type: ignore[arg-type]
-            max_tool_concurrency=max_tool_concurrency, extra=dict(extra or {}),
+            provider=provider,
+            model=model,
+            instructions=instructions,
+            tools=list(tools),
+            name=name,
+            steering_mode=cast(QueueMode, steering_mode),
+            send_mode=cast(QueueMode, send_mode),
+            permission_mode=permission_mode,
+            max_tool_concurrency=max_tool_concurrency,
+            extra=dict(extra or {}),
         )
         aid = agent_id or new_id()
         async with self.store.transaction() as tx:
@@ -149,7 +170,9 @@ class AgentSystem:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             rt = self._runtimes.get(agent_id)
             if rt is None:
-                rt = self._runtimes[agent_id] = AgentRuntime(agent_id, AgentConfig.decode(row.config), self._env)
+                rt = self._runtimes[agent_id] = AgentRuntime(
+                    agent_id, AgentConfig.decode(row.config), self._env
+                )
         return Agent(self, rt)
 
     async def agents(self) -> list[AgentInfo]:
@@ -258,8 +281,10 @@ class AgentSystem:
                 self._closing = True
                 task = asyncio.get_running_loop().create_task(self._close())
                 self._background = task
-            raise CloseFromInside("close() was called from inside an agent's own loop; it will complete "
-                                  "after the current turn instead of waiting on itself")
+            raise CloseFromInside(
+                "close() was called from inside an agent's own loop; it will complete "
+                "after the current turn instead of waiting on itself"
+            )
         if self._closing:
             await self._closed.wait()
             return
@@ -291,10 +316,16 @@ class AgentSystem:
         self._closed.set()
 
 
-async def open(url: str = "sqlite:///stead.db", *, providers: dict[str, Provider] | None = None,
-               tools: Iterable[Tool | Callable[..., Any]] = (), hooks: Hooks | Sequence[Hooks] | None = None,
-               retry: RetryPolicy | None = None, faults: Faults | None = None,
-               max_payload_bytes: int = 1_000_000) -> AgentSystem:
+async def open(
+    url: str = "sqlite:///stead.db",
+    *,
+    providers: dict[str, Provider] | None = None,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    hooks: Hooks | Sequence[Hooks] | None = None,
+    retry: RetryPolicy | None = None,
+    faults: Faults | None = None,
+    max_payload_bytes: int = 1_000_000,
+) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
     owes work. Raises `stead.StoreLocked` at once if another process owns the store."""
     tool_map: dict[str, Tool] = {}
@@ -305,8 +336,14 @@ async def open(url: str = "sqlite:///stead.db", *, providers: dict[str, Provider
         tool_map[t_obj.name] = t_obj
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     store = await open_store(url, faults=faults)
-    env = Env(store=store, providers=dict(providers or {}), tools=tool_map, hooks=HookSet(hook_list),
-              retry=retry or RetryPolicy(), max_payload_bytes=max_payload_bytes)
+    env = Env(
+        store=store,
+        providers=dict(providers or {}),
+        tools=tool_map,
+        hooks=HookSet(hook_list),
+        retry=retry or RetryPolicy(),
+        max_payload_bytes=max_payload_bytes,
+    )
     system = AgentSystem(store, env)
     try:
         await system._restore()

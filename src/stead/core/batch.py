@@ -114,14 +114,20 @@ def _context(rt: AgentRuntime, pending: Pending, call: ToolCall, resumed: bool) 
     if kv is None:
         kv = rt.call_kvs[call.id] = CallKV(rt.env.store, rt.id, call.id)
     return ToolContext(
-        call_id=call.id, tool_name=call.name, agent_id=rt.id, run_id=pending.run_id,
-        permission_mode=str(rt.settings.get("permission_mode", "auto")), kv=kv, store=rt.env.store,
+        call_id=call.id,
+        tool_name=call.name,
+        agent_id=rt.id,
+        run_id=pending.run_id,
+        permission_mode=str(rt.settings.get("permission_mode", "auto")),
+        kv=kv,
+        store=rt.env.store,
         resumed=resumed,
     )
 
 
-async def _prepare(rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool | None,
-                   resumed: bool) -> tuple[ToolResult | None, dict[str, Any], ToolContext | None]:
+async def _prepare(
+    rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool
+) -> tuple[ToolResult | None, dict[str, Any], ToolContext | None]:
     """Validation (T6), resume rules (T5) and the decision hook. A result means: do not run."""
     assert call.id is not None
     if tool is None:
@@ -147,7 +153,9 @@ async def _prepare(rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Too
     return None, args, ctx
 
 
-async def _invoke(rt: AgentRuntime, call: ToolCall, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+async def _invoke(
+    rt: AgentRuntime, call: ToolCall, tool: Tool, ctx: ToolContext, args: dict[str, Any]
+) -> ToolResult:
     assert call.id is not None
     rt.emit(ToolStarted(call))
     try:
@@ -159,8 +167,14 @@ async def _invoke(rt: AgentRuntime, call: ToolCall, tool: Tool, ctx: ToolContext
     return ToolResult(call.id, render_output(output))
 
 
-async def _execute(rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool,
-                   sem: asyncio.Semaphore) -> ToolResult:
+async def _execute(
+    rt: AgentRuntime,
+    pending: Pending,
+    call: ToolCall,
+    tool: Tool | None,
+    resumed: bool,
+    sem: asyncio.Semaphore,
+) -> ToolResult:
     async with sem:
         try:
             early, args, ctx = await _prepare(rt, pending, call, tool, resumed)
@@ -175,8 +189,15 @@ async def _execute(rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Too
         return await _invoke(rt, call, tool, ctx, args)
 
 
-async def _commit_result(rt: AgentRuntime, pending: Pending, key: str, call: ToolCall, result: ToolResult | None,
-                         last: bool, tool: Tool | None) -> None:
+async def _commit_result(
+    rt: AgentRuntime,
+    pending: Pending,
+    key: str,
+    call: ToolCall,
+    result: ToolResult | None,
+    last: bool,
+    tool: Tool | None,
+) -> None:
     """T3: claim the call (delete its entry), append its result, erase its KV — one transaction. A
     transactional tool runs inside this transaction, in a savepoint that rolls back its writes if it fails."""
     assert call.id is not None
@@ -213,7 +234,9 @@ async def _commit_result(rt: AgentRuntime, pending: Pending, key: str, call: Too
         tx.after_commit(published)
 
 
-async def _run_transactional(rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool, tx: Tx) -> ToolResult:
+async def _run_transactional(
+    rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool, tx: Tx
+) -> ToolResult:
     assert call.id is not None
     resumed = call.id not in rt.dispatched_here
     early, args, ctx = await _prepare(rt, pending, call, tool, resumed)

@@ -64,6 +64,15 @@ class Settled:
 
 
 Event: TypeAlias = (
-    TextDelta | ReasoningDelta | BlockEnd | UsageEvent | Done | BlockReset | MessageConsumed
-    | ToolStarted | ToolFinished | Activated | Settled
+    TextDelta
+    | ReasoningDelta
+    | BlockEnd
+    | UsageEvent
+    | Done
+    | BlockReset
+    | MessageConsumed
+    | ToolStarted
+    | ToolFinished
+    | Activated
+    | Settled
 )

@@ -25,6 +25,7 @@ from typing import Any
 from stead.messages import (
     Block,
     Message,
+    Role,
     Text,
     ToolResult,
     Usage,
@@ -69,8 +70,15 @@ class Pending:
     activated_at: float = 0.0
 
     def encode(self) -> str:
-        return dumps({"st": self.stage, "run": self.run_id, "turn": self.turn_id, "inf": self.inference_id,
-                      "at": self.activated_at})
+        return dumps(
+            {
+                "st": self.stage,
+                "run": self.run_id,
+                "turn": self.turn_id,
+                "inf": self.inference_id,
+                "at": self.activated_at,
+            }
+        )
 
     @staticmethod
     def decode(raw: str | None) -> Pending | None:
@@ -93,7 +101,7 @@ class Queued:
 
     key: str
     id: str
-    role: str
+    role: Role
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None
     settings: dict[str, Any]
@@ -156,8 +164,11 @@ def build_messages(records: list[dict[str, Any]]) -> list[Message]:
         else:
             flush()
             if kind == "u":
-                out.append(Message(rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"],
-                                   metadata=rec.get("m")))
+                out.append(
+                    Message(
+                        rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"], metadata=rec.get("m")
+                    )
+                )
             elif kind == "s":
                 out.append(Message("system", [Text(rec["x"])]))
     flush()

@@ -41,8 +41,7 @@ from stead.errors import Closed, ProviderError, StoreCrashed, StoreError
 from stead.messages import (
     Block,
     Message,
-    Reasoning,
-    Text,
+    Role,
     ToolCall,
     ToolResult,
     Usage,
@@ -77,7 +76,7 @@ class Inbound:
 
     id: str
     delivery: str  # "send" | "steer"
-    role: str
+    role: Role
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None
     settings: dict[str, Any]
@@ -148,14 +147,25 @@ class AgentRuntime:
         """Whether work is owed (the pending record exists)."""
         return self.pending is not None
 
-    def hook_ctx(self, tx: Tx | None, pending: Pending | None = None, *, restored: bool = False,
-                 inference_id: str | None = None) -> HookContext:
+    def hook_ctx(
+        self,
+        tx: Tx | None,
+        pending: Pending | None = None,
+        *,
+        restored: bool = False,
+        inference_id: str | None = None,
+    ) -> HookContext:
         p = pending or self.pending
         return HookContext(
-            agent_id=self.id, agent_name=self.config.name, store=self.env.store,
-            run_id=p.run_id if p else None, turn_id=p.turn_id if p else None,
+            agent_id=self.id,
+            agent_name=self.config.name,
+            store=self.env.store,
+            run_id=p.run_id if p else None,
+            turn_id=p.turn_id if p else None,
             inference_id=inference_id or (p.inference_id if p else None),
-            settings=dict(self.settings), tx=tx, restored=restored,
+            settings=dict(self.settings),
+            tx=tx,
+            restored=restored,
         )
 
     @property
@@ -205,6 +215,7 @@ class AgentRuntime:
             activated = Pending("inference", new_id(), activated_at=time.time())
             await tx.write_if_absent(self.id, R.PENDING, activated.encode())
             await self.env.hooks.activated_tx(self.hook_ctx(tx, activated))
+
         def published() -> None:
             if activated is not None:
                 self.pending = activated
@@ -231,7 +242,7 @@ class AgentRuntime:
             if raw is None:
                 last = (0, 0)
             else:
-                slot_s, seq_s = raw[len(prefix):].split(".")
+                slot_s, seq_s = raw[len(prefix) :].split(".")
                 last = (int(slot_s), int(seq_s))
         now = int(time.time() * 1000)
         nxt = (now, 0) if now > last[0] else (last[0], last[1] + 1)
@@ -247,7 +258,9 @@ class AgentRuntime:
         """Start the loop if work is owed and it is not running."""
         if self._loop_task is None and self.pending is not None and not self._stopped:
             self._idle.clear()
-            self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name=f"stead-agent-{self.id}")
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._loop(), name=f"stead-agent-{self.id}"
+            )
         self._set_idle()
 
     def restore(self, pending: Pending) -> None:
@@ -303,6 +316,7 @@ class AgentRuntime:
 
         store = self.env.store
         self._turn = None
+        take: list[Queued] | None = []
         async with store.transaction() as tx:
             pending = Pending.decode(await tx.get(self.id, R.PENDING))
             if pending is None:
@@ -335,7 +349,7 @@ class AgentRuntime:
         if pending.stage == "tools":
             await run_batch(self, pending, entries)
             return True
-        if self._draining:
+        if self._draining or take is None:
             return False  # X4: stop before the next provider request
         return await self._inference(pending, take)
 
@@ -453,8 +467,10 @@ class AgentRuntime:
         return new, not self.env.compatible(current, new)
 
     def _request(self, turn: _Turn, settings: dict[str, Any]) -> ProviderRequest:
-        staged = [Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata)  # type: ignore[arg-type]
-                  for q in turn.take]
+        staged = [
+            Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata)
+            for q in turn.take
+        ]
         history = [] if turn.reset else self.messages()
         specs = []
         for name in self.config.tools:
@@ -462,12 +478,18 @@ class AgentRuntime:
             if t is not None:
                 specs.append(ToolSpec(t.name, t.description, t.parameters))
         return ProviderRequest(
-            model=str(settings.get("model", self.config.model)), instructions=self.config.instructions,
-            messages=history + staged, tools=specs, agent_id=self.id, inference_id=turn.inference_id,
+            model=str(settings.get("model", self.config.model)),
+            instructions=self.config.instructions,
+            messages=history + staged,
+            tools=specs,
+            agent_id=self.id,
+            inference_id=turn.inference_id,
             effort=settings.get("effort"),
         )
 
-    async def _stream(self, turn: _Turn, provider: Provider, request: ProviderRequest) -> tuple[str | None, str | None]:
+    async def _stream(
+        self, turn: _Turn, provider: Provider, request: ProviderRequest
+    ) -> tuple[str | None, str | None]:
         """Stream one response. Completed blocks are held and committed at the next block boundary or at
         the end (S1); deltas go to observers live."""
         seen_ids: set[str] = set()
@@ -531,8 +553,15 @@ class AgentRuntime:
             if new_mode != old_mode:
                 await hooks.permission_mode_changed_tx(ctx, old_mode, new_mode)
             for q in turn.take:
-                await hooks.message_consumed_tx(ctx, Message(q.role, [decode_block(b) for b in q.content],  # type: ignore[arg-type]
-                                                             id=q.id, metadata=q.metadata))
+                await hooks.message_consumed_tx(
+                    ctx,
+                    Message(
+                        q.role,
+                        [decode_block(b) for b in q.content],
+                        id=q.id,
+                        metadata=q.metadata,
+                    ),
+                )
         return recs
 
     def _consumption_published(self, turn: _Turn, recs: list[dict[str, Any]]) -> None:
@@ -543,11 +572,21 @@ class AgentRuntime:
         if turn.reset:
             self._publish_records([], reset=True)
         for q in turn.take:
-            self.emit(MessageConsumed(Message(q.role, [decode_block(b) for b in q.content],  # type: ignore[arg-type]
-                                              id=q.id, metadata=q.metadata)))
+            self.emit(
+                MessageConsumed(
+                    Message(
+                        q.role,
+                        [decode_block(b) for b in q.content],
+                        id=q.id,
+                        metadata=q.metadata,
+                    )
+                )
+            )
 
     def _block_records(self, turn: _Turn, blocks: list[Block], usage: Usage | None) -> list[dict[str, Any]]:
-        recs: list[dict[str, Any]] = [{"k": "b", "i": turn.inference_id, "b": encode_block(b)} for b in blocks]
+        recs: list[dict[str, Any]] = [
+            {"k": "b", "i": turn.inference_id, "b": encode_block(b)} for b in blocks
+        ]
         if recs and usage is not None:
             recs[-1]["u"] = encode_usage(usage)
         return recs
@@ -561,7 +600,9 @@ class AgentRuntime:
             await tx.append(self.id, [dumps(r) for r in recs])
             if self.env.hooks:
                 for b in blocks:
-                    await self.env.hooks.block_tx(self.hook_ctx(tx, turn.pending, inference_id=turn.inference_id), b)
+                    await self.env.hooks.block_tx(
+                        self.hook_ctx(tx, turn.pending, inference_id=turn.inference_id), b
+                    )
             pending = turn.pending.but(turn_id=turn.inference_id, inference_id=turn.inference_id)
             await tx.write(self.id, R.PENDING, pending.encode())
 
@@ -581,8 +622,12 @@ class AgentRuntime:
         error results (T4) so the conversation never keeps a call without one."""
         if not turn.held and (turn.consumed or not turn.take):
             return
-        results = [ToolResult(c.id or "", "The response was cut off before this call could run; it was not run.",
-                              True) for c in turn.calls]
+        results = [
+            ToolResult(
+                c.id or "", "The response was cut off before this call could run; it was not run.", True
+            )
+            for c in turn.calls
+        ]
         await self._commit_end(turn, results=results, note=None, settle=False, owe=True, reason="error")
 
     async def _finish(self, turn: _Turn, reason: str) -> bool:
@@ -599,11 +644,27 @@ class AgentRuntime:
         self._attempt = 0
         self.last_error = error
         results = [ToolResult(c.id or "", f"Not run: the turn failed ({error}).", True) for c in turn.calls]
-        return await self._commit_end(turn, results=results, note=f"The last turn failed: {error}",
-                                      settle=True, owe=False, reason="error", error=error)
+        return await self._commit_end(
+            turn,
+            results=results,
+            note=f"The last turn failed: {error}",
+            settle=True,
+            owe=False,
+            reason="error",
+            error=error,
+        )
 
-    async def _commit_end(self, turn: _Turn, *, results: list[ToolResult], note: str | None, settle: bool,
-                          owe: bool, reason: str, error: str | None = None) -> bool:
+    async def _commit_end(
+        self,
+        turn: _Turn,
+        *,
+        results: list[ToolResult],
+        note: str | None,
+        settle: bool,
+        owe: bool,
+        reason: str,
+        error: str | None = None,
+    ) -> bool:
         """The last commit of a response without a tool batch: consumption, blocks, usage, error results,
         a note; then settlement (if nothing is queued), or the pending record for what comes next."""
         blocks = list(turn.held)
@@ -648,8 +709,14 @@ class AgentRuntime:
                     self.emit(BlockEnd(b))
                 if not owe:
                     turn.done_emitted = True
-                    self.emit(Done(reason, error=error, usage=turn.usage,  # type: ignore[arg-type]
-                                   inference_id=turn.inference_id))
+                    self.emit(
+                        Done(
+                            cast(DoneReason, reason),
+                            error=error,
+                            usage=turn.usage,
+                            inference_id=turn.inference_id,
+                        )
+                    )
 
             tx.after_commit(published)
         turn.held.clear()
@@ -658,9 +725,15 @@ class AgentRuntime:
 
     def _response_info(self, turn: _Turn, reason: str, error: str | None) -> ResponseInfo:
         return ResponseInfo(
-            inference_id=turn.inference_id, provider=str(turn.settings.get("provider")),
-            model=str(turn.settings.get("model")), reason=reason, usage=turn.usage, started_at=turn.started_at,
-            first_token_at=turn.first_token_at, ended_at=time.time(), error=error,
+            inference_id=turn.inference_id,
+            provider=str(turn.settings.get("provider")),
+            model=str(turn.settings.get("model")),
+            reason=reason,
+            usage=turn.usage,
+            started_at=turn.started_at,
+            first_token_at=turn.first_token_at,
+            ended_at=time.time(),
+            error=error,
         )
 
     # ------------------------------------------------------------------ settlement (X2)
@@ -700,50 +773,56 @@ class AgentRuntime:
             await asyncio.wait([loop_task])
 
     async def _after_abort(self) -> bool:
-        from stead.core.batch import abort_batch
-
         turn = self._turn
         for t in list(self.running.values()):
             t.cancel()
-        while True:
-            try:
-                async with self.env.store.transaction() as tx:
-                    pending = Pending.decode(await tx.get(self.id, R.PENDING))
-                    if pending is None:
-                        return False
-                    recs: list[dict[str, Any]] = []
-                    consumed: list[dict[str, Any]] = []
-                    if turn is not None:
-                        consumed = await self._write_consumption(tx, turn)
-                        recs += self._block_records(turn, list(turn.held), turn.usage)
-                        recs += [R.result_record(ToolResult(c.id or "", "Aborted before it ran.", True))
-                                 for c in turn.calls]
-                        if recs:
-                            await tx.append(self.id, [dumps(r) for r in recs])
-                    batch_recs = await abort_batch(self, tx)
-                    recs += batch_recs
-                    await self._settle_in(tx, pending, "aborted")
-                    done_needed = turn is None or not turn.done_emitted
-                    partial = turn is not None and turn.partial
-                    inf_id = turn.inference_id if turn is not None else None
+        try:
+            while True:
+                try:
+                    await self._commit_abort(turn)
+                    return False
+                except StoreCrashed:
+                    return False
+                except StoreError:
+                    await asyncio.sleep(self.env.store_retry_delay)
+        finally:
+            self._turn = None
 
-                    def published() -> None:
-                        if turn is not None:
-                            self._consumption_published(turn, consumed)
-                        self._publish_records(consumed + recs)
-                        if partial:
-                            self.emit(BlockReset())
-                        if done_needed:
-                            self.emit(Done("cancelled", inference_id=inf_id))
+    async def _commit_abort(self, turn: _Turn | None) -> None:
+        """One transaction: the aborted turn's input, finished blocks and error results, then settlement."""
+        from stead.core.batch import abort_batch
 
-                    tx.after_commit(published)
-                return False
-            except StoreCrashed:
-                return False
-            except StoreError:
-                await asyncio.sleep(self.env.store_retry_delay)
-            finally:
-                self._turn = None
+        async with self.env.store.transaction() as tx:
+            pending = Pending.decode(await tx.get(self.id, R.PENDING))
+            if pending is None:
+                return
+            recs: list[dict[str, Any]] = []
+            consumed: list[dict[str, Any]] = []
+            if turn is not None:
+                consumed = await self._write_consumption(tx, turn)
+                recs += self._block_records(turn, list(turn.held), turn.usage)
+                recs += [
+                    R.result_record(ToolResult(c.id or "", "Aborted before it ran.", True))
+                    for c in turn.calls
+                ]
+                if recs:
+                    await tx.append(self.id, [dumps(r) for r in recs])
+            recs += await abort_batch(self, tx)
+            await self._settle_in(tx, pending, "aborted")
+            done_needed = turn is None or not turn.done_emitted
+            partial = turn is not None and turn.partial
+            inf_id = turn.inference_id if turn is not None else None
+
+            def published() -> None:
+                if turn is not None:
+                    self._consumption_published(turn, consumed)
+                self._publish_records(consumed + recs)
+                if partial:
+                    self.emit(BlockReset())
+                if done_needed:
+                    self.emit(Done("cancelled", inference_id=inf_id))
+
+            tx.after_commit(published)
 
     # ------------------------------------------------------------------ drain / close (X4)
     def drain(self) -> None:
@@ -791,4 +870,3 @@ class AgentRuntime:
     def check_open(self) -> None:
         if self.closed:
             raise Closed(f"agent {self.id} is closed")
-

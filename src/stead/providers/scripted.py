@@ -1,7 +1,7 @@
 """A deterministic provider for tests, demos and benchmarks.
 
-`ScriptedProvider(respond)` calls `respond(request)` (sync or async) for every inference. Because the answer is
-a function of the request, a restarted process continues a conversation exactly where it stopped. `respond`
+`ScriptedProvider(respond)` calls `respond(request)` (sync or async) for every inference. Because the answer
+is a function of the request, a restarted process continues a conversation exactly where it stopped. `respond`
 returns a list of blocks, or a `ScriptedResponse` to also simulate deltas, usage, delays, errors and streams
 that end early.
 """

@@ -110,4 +110,3 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release the database (and the process lock). Idempotent."""
         ...
-

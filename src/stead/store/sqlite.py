@@ -72,8 +72,9 @@ _current: ContextVar[_SqliteTx | None] = ContextVar("stead_sqlite_tx", default=N
 class SqliteStore:
     """A `Store` over one SQLite file. Create with `await SqliteStore.open(url)`."""
 
-    def __init__(self, url: str, path: str, conn: sqlite3.Connection, lock_fd: int | None,
-                 faults: Faults | None) -> None:
+    def __init__(
+        self, url: str, path: str, conn: sqlite3.Connection, lock_fd: int | None, faults: Faults | None
+    ) -> None:
         self.url = url
         self.path = path
         self._conn: sqlite3.Connection | None = conn
@@ -107,8 +108,7 @@ class SqliteStore:
                     "one process owns a SQLite store at a time — use PostgreSQL for several workers"
                 ) from None
         try:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                   cached_statements=256)
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={sync}")
             conn.execute("PRAGMA foreign_keys=OFF")
@@ -174,7 +174,7 @@ class SqliteStore:
 
 
 class _TxContext:
-    __slots__ = ("_store", "_tx", "_token", "_joined")
+    __slots__ = ("_joined", "_store", "_token", "_tx")
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
@@ -204,8 +204,9 @@ class _TxContext:
         self._token = _current.set(tx)
         return tx
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._joined:
             return
         store = self._store
@@ -242,7 +243,7 @@ class _TxContext:
 
 
 class _Savepoint:
-    __slots__ = ("_tx", "_name", "_mark")
+    __slots__ = ("_mark", "_name", "_tx")
 
     def __init__(self, tx: _SqliteTx) -> None:
         self._tx = tx
@@ -254,8 +255,9 @@ class _Savepoint:
         self._tx.store._op("savepoint").execute(f"SAVEPOINT {self._name}")
         self._mark = len(self._tx.callbacks)
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         tx = self._tx
         if et is None:
             tx.store._op("release").execute(f"RELEASE {self._name}")
@@ -273,7 +275,7 @@ class _Savepoint:
 class _SqliteTx:
     """An open SQLite transaction (see `stead.store.base.Tx`)."""
 
-    __slots__ = ("store", "conn", "task", "open", "callbacks", "savepoints", "_seq", "changes_at_begin")
+    __slots__ = ("_seq", "callbacks", "changes_at_begin", "conn", "open", "savepoints", "store", "task")
 
     def __init__(self, store: SqliteStore, conn: sqlite3.Connection) -> None:
         self.store = store
@@ -298,28 +300,43 @@ class _SqliteTx:
 
     # -- KV
     async def get(self, agent_id: str, key: str) -> str | None:
-        row = self._c("get").execute(
-            "SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key)).fetchone()
+        row = (
+            self._c("get")
+            .execute("SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key))
+            .fetchone()
+        )
         return None if row is None else str(row[0])
 
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
-        return self._c("read_prefix").execute(
-            "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
-            (agent_id, prefix, prefix + "\U0010ffff")).fetchall()
+        return (
+            self._c("read_prefix")
+            .execute(
+                "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
+                (agent_id, prefix, prefix + "\U0010ffff"),
+            )
+            .fetchall()
+        )
 
     async def last_key(self, agent_id: str, prefix: str) -> str | None:
-        row = self._c("last_key").execute(
-            "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
-            (agent_id, prefix, prefix + "\U0010ffff")).fetchone()
+        row = (
+            self._c("last_key")
+            .execute(
+                "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
+                (agent_id, prefix, prefix + "\U0010ffff"),
+            )
+            .fetchone()
+        )
         return None if row is None or row[0] is None else str(row[0])
 
     async def write(self, agent_id: str, key: str, value: str) -> None:
         self._c("write").execute(
-            "INSERT OR REPLACE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value))
+            "INSERT OR REPLACE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value)
+        )
 
     async def write_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         cur = self._c("write_if_absent").execute(
-            "INSERT OR IGNORE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value))
+            "INSERT OR IGNORE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value)
+        )
         return cur.rowcount == 1
 
     async def delete(self, agent_id: str, key: str) -> bool:
@@ -328,7 +345,8 @@ class _SqliteTx:
 
     async def delete_prefix(self, agent_id: str, prefix: str) -> int:
         cur = self._c("delete_prefix").execute(
-            "DELETE FROM kv WHERE agent_id=? AND key>=? AND key<?", (agent_id, prefix, prefix + "\U0010ffff"))
+            "DELETE FROM kv WHERE agent_id=? AND key>=? AND key<?", (agent_id, prefix, prefix + "\U0010ffff")
+        )
         return cur.rowcount
 
     # -- history
@@ -344,8 +362,11 @@ class _SqliteTx:
         self._seq[agent_id] = seq
 
     async def load(self, agent_id: str) -> list[str]:
-        rows = self._c("load").execute(
-            "SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,)).fetchall()
+        rows = (
+            self._c("load")
+            .execute("SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,))
+            .fetchall()
+        )
         return [r[0] for r in rows]
 
     async def clear(self, agent_id: str) -> None:
@@ -356,18 +377,27 @@ class _SqliteTx:
     async def insert_agent(self, row: AgentRow) -> bool:
         cur = self._c("insert_agent").execute(
             "INSERT OR IGNORE INTO agents(id, name, config, created_at) VALUES(?,?,?,?)",
-            (row.id, row.name, row.config, row.created_at))
+            (row.id, row.name, row.config, row.created_at),
+        )
         return cur.rowcount == 1
 
     async def get_agent(self, agent_id: str) -> AgentRow | None:
-        r = self._c("get_agent").execute(
-            "SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,)).fetchone()
+        r = (
+            self._c("get_agent")
+            .execute("SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,))
+            .fetchone()
+        )
         return None if r is None else AgentRow(r[0], r[1], r[2], r[3])
 
     async def list_agents(self) -> list[tuple[AgentRow, bool]]:
-        rows = self._c("list_agents").execute(
-            "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
-            "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id").fetchall()
+        rows = (
+            self._c("list_agents")
+            .execute(
+                "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
+                "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id"
+            )
+            .fetchall()
+        )
         return [(AgentRow(r[0], r[1], r[2], r[3]), bool(r[4])) for r in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
@@ -378,9 +408,14 @@ class _SqliteTx:
         return conn.execute("DELETE FROM agents WHERE id=?", (agent_id,)).rowcount == 1
 
     async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:
-        rows = self._c("agents_owing_work").execute(
-            "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
-            "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'").fetchall()
+        rows = (
+            self._c("agents_owing_work")
+            .execute(
+                "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
+                "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'"
+            )
+            .fetchall()
+        )
         return [(AgentRow(r[0], r[1], r[2], r[3]), r[4]) for r in rows]
 
     # -- relational
@@ -409,9 +444,11 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
                     conn.execute(statement)
             version += 1
             conn.execute(
-                "INSERT OR REPLACE INTO stead_meta(key, value) VALUES('schema_version', ?)", (str(version),))
-            conn.execute("INSERT OR IGNORE INTO stead_meta(key, value) VALUES('created_at', ?)",
-                         (str(time.time()),))
+                "INSERT OR REPLACE INTO stead_meta(key, value) VALUES('schema_version', ?)", (str(version),)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO stead_meta(key, value) VALUES('created_at', ?)", (str(time.time()),)
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -86,7 +86,9 @@ class Tool:
                 try:
                     arguments = json.loads(text)
                 except json.JSONDecodeError as e:
-                    raise ToolArgumentError(f"arguments are not valid JSON: {e.msg} at position {e.pos}") from None
+                    raise ToolArgumentError(
+                        f"arguments are not valid JSON: {e.msg} at position {e.pos}"
+                    ) from None
         if not isinstance(arguments, dict):
             raise ToolArgumentError(f"arguments must be a JSON object, not {type(arguments).__name__}")
         if self._model is None:
@@ -130,14 +132,22 @@ def render_output(value: Any) -> str:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, durable: bool = False,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    durable: bool = False,
     transactional: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None,
-    durable: bool = False, transactional: bool = False,
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    durable: bool = False,
+    transactional: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool from a function: `@stead.tool` or `@stead.tool(durable=True)`.
 
@@ -151,8 +161,9 @@ def tool(
     return build
 
 
-def _build(fn: Callable[..., Any], *, name: str | None, description: str | None, durable: bool,
-           transactional: bool) -> Tool:
+def _build(
+    fn: Callable[..., Any], *, name: str | None, description: str | None, durable: bool, transactional: bool
+) -> Tool:
     tool_name = name or fn.__name__
     if not _NAME.match(tool_name):
         raise ConfigurationError(f"tool name {tool_name!r} must match [a-zA-Z0-9_-]{{1,64}}")
@@ -205,7 +216,7 @@ def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
     summary = doc[: match.start()].strip()
     args: dict[str, str] = {}
     current: str | None = None
-    for line in doc[match.end():].splitlines():
+    for line in doc[match.end() :].splitlines():
         if not line.strip():
             continue
         m = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
@@ -217,4 +228,3 @@ def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
         else:
             break
     return summary, args
-
