@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from stead._ids import new_id
 from stead.core import records as R
@@ -53,6 +53,7 @@ from stead.messages import (
 from stead.providers.base import (
     BlockEnd,
     Done,
+    DoneReason,
     Provider,
     ProviderRequest,
     ReasoningDelta,
