@@ -1,0 +1,43 @@
+"""Shared fixtures: a fresh SQLite URL per test and a scripted tool-loop model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import stead
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "stead.db"
+
+
+@pytest.fixture
+def db_url(db_path: Path) -> str:
+    return f"sqlite:///{db_path}?synchronous=normal"
+
+
+def tool_results_since_last_user(request: stead.ProviderRequest) -> int:
+    """How many tool results follow the last user message (a deterministic responder's position)."""
+    n = 0
+    for m in reversed(request.messages):
+        if m.role == "user":
+            break
+        if m.role == "tool":
+            n += len(m.content)
+    return n
+
+
+def tool_loop(tool: str = "add", k: int = 5) -> Callable[[stead.ProviderRequest], list[stead.Block]]:
+    """A responder that calls `tool` k times (one call per response), then answers with text."""
+
+    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+        n = tool_results_since_last_user(request)
+        if n < k:
+            return [stead.ToolCall(name=tool, arguments={"a": n, "b": 1})]
+        return [stead.Text(f"done after {n} calls")]
+
+    return respond
