@@ -325,9 +325,11 @@ async def open(
     retry: RetryPolicy | None = None,
     faults: Faults | None = None,
     max_payload_bytes: int = 1_000_000,
+    restore: bool = True,
 ) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
-    owes work. Raises `stead.StoreLocked` at once if another process owns the store."""
+    owes work (unless `restore=False`, for inspection). Raises `stead.StoreLocked` at once if another
+    process owns the store."""
     tool_map: dict[str, Tool] = {}
     for t in tools:
         t_obj = t if isinstance(t, Tool) else tool(t)
@@ -346,7 +348,8 @@ async def open(
     )
     system = AgentSystem(store, env)
     try:
-        await system._restore()
+        if restore:
+            await system._restore()
     except BaseException:
         await store.close()
         raise

@@ -135,6 +135,7 @@ class AgentRuntime:
         self._restored = False
         self._attempt = 0
         self.last_error: str | None = None
+        self.blocked: str | None = None
         # tool execution state of this process incarnation (see stead.core.batch)
         self.dispatched_here: set[str] = set()
         self.outcomes: dict[str, ToolResult] = {}
@@ -196,7 +197,7 @@ class AgentRuntime:
 
     @property
     def _stopped(self) -> bool:
-        return self._draining or self.closed
+        return self._draining or self.closed or self.blocked is not None
 
     # ------------------------------------------------------------------ acceptance (A1–A7)
     async def accept(self, tx: Tx, item: Inbound) -> bool:
@@ -257,6 +258,8 @@ class AgentRuntime:
     # ------------------------------------------------------------------ the loop
     def wake(self) -> None:
         """Start the loop if work is owed and it is not running."""
+        if self.blocked is not None and not self._draining and not self.closed:
+            self.blocked = None  # new input may carry a provider this process has
         if self._loop_task is None and self.pending is not None and not self._stopped:
             self._idle.clear()
             self._loop_task = asyncio.get_running_loop().create_task(
@@ -352,6 +355,13 @@ class AgentRuntime:
             return True
         if self._draining or take is None:
             return False  # X4: stop before the next provider request
+        if self._find_provider(self._apply_settings(take)[0]) is None:
+            # This process cannot serve the agent (its provider is not registered here): leave the durable
+            # work untouched for a process that can, instead of failing the turn.
+            self.blocked = f"provider {self._apply_settings(take)[0].get('provider')!r} is not registered"
+            log.warning("agent %s is blocked: %s", self.id, self.blocked)
+            return False
+        self.blocked = None
         return await self._inference(pending, take)
 
     def _plan(self, pending: Pending, queued: list[Queued]) -> list[Queued] | None:
@@ -447,12 +457,17 @@ class AgentRuntime:
         return await self._finish(turn, reason)
 
     def _provider(self, settings: dict[str, Any]) -> Provider:
-        name = settings.get("provider")
-        provider = self.env.providers.get(str(name))
+        provider = self._find_provider(settings)
+        if provider is None:
+            raise ProviderError(
+                f"no provider named {settings.get('provider')!r} is registered", retryable=False
+            )
+        return provider
+
+    def _find_provider(self, settings: dict[str, Any]) -> Provider | None:
+        provider = self.env.providers.get(str(settings.get("provider")))
         if provider is None and self.env.resolve_provider is not None:
             provider = self.env.resolve_provider(settings)
-        if provider is None:
-            raise ProviderError(f"no provider named {name!r} is registered", retryable=False)
         return provider
 
     def _apply_settings(self, take: list[Queued]) -> tuple[dict[str, Any], bool]:
