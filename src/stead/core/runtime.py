@@ -292,7 +292,10 @@ class AgentRuntime:
                 except _Retry as r:
                     await asyncio.sleep(r.delay)
                     continue
-                except StoreCrashed:
+                except (StoreCrashed, Closed):
+                    # the store is dead or closed (this process is as good as killed): stop for good instead of
+                    # restarting the loop forever; the durable work stays for the next owner
+                    self._draining = True
                     return
                 except StoreError as e:
                     log.warning("agent %s: store error, retrying the stage: %s", self.id, e)
@@ -798,6 +801,7 @@ class AgentRuntime:
                     await self._commit_abort(turn)
                     return False
                 except StoreCrashed:
+                    self._draining = True
                     return False
                 except StoreError:
                     await asyncio.sleep(self.env.store_retry_delay)

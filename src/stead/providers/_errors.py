@@ -134,8 +134,13 @@ def status_error(
             f"{vendor}: context too long: the conversation does not fit the model's context window ({detail})"
         )
     elif status in (401, 403) or err_type in ("authentication_error", "permission_error"):
+        what = (
+            "permission denied"
+            if status == 403 or err_type == "permission_error"
+            else "authentication failed"
+        )
         hint = f"check {key_env}" if key_env else "check the API key"
-        text = f"{vendor}: authentication failed ({label}): {detail}; {hint}"
+        text = f"{vendor}: {what} ({label}): {detail}; {hint}"
     elif status == 429 and not retryable:
         text = f"{vendor}: quota exhausted ({label}): {detail}"
     elif status == 429 or err_type == "rate_limit_error":

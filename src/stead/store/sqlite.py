@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from stead.errors import InvalidInput, SchemaTooNew, StoreCrashed, StoreError, StoreLocked
+from stead.errors import Closed, InvalidInput, SchemaTooNew, StoreCrashed, StoreError, StoreLocked
 from stead.store.base import AgentRow
 from stead.store.faults import Faults
 
@@ -81,6 +81,10 @@ class SqliteStore:
         self._lock_fd = lock_fd
         self._faults = faults
         self._write_lock = asyncio.Lock()
+        self._seq: dict[
+            str, int
+        ] = {}  # last history seq per agent, as committed (this process is the only writer)
+        self._crashed = False
         self.ops = 0
         self.commits = 0
 
@@ -160,11 +164,14 @@ class SqliteStore:
                 self._crash()
                 raise
         if conn is None:
-            raise StoreError("the store is closed")
+            if self._crashed:
+                raise StoreCrashed("the store crashed (injected)")
+            raise Closed("the store is closed")
         return conn
 
     def _crash(self) -> None:
         """Simulate process death: roll back whatever is open and release file and lock."""
+        self._crashed = True
         if self._conn is not None:
             try:
                 self._conn.rollback()
@@ -189,17 +196,15 @@ class _TxContext:
             self._tx = outer
             return outer
         await store._write_lock.acquire()
-        try:
-            conn = store._op("begin")
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as e:
-                raise StoreError(f"could not begin a transaction: {e}") from e
-        except BaseException:
+        conn = store._conn
+        if conn is None:
             store._write_lock.release()
-            raise
+            raise (
+                StoreCrashed("the store crashed (injected)")
+                if store._crashed
+                else Closed("the store is closed")
+            )
         tx = _SqliteTx(store, conn)
-        tx.changes_at_begin = conn.total_changes
         self._tx = tx
         self._token = _current.set(tx)
         return tx
@@ -216,15 +221,15 @@ class _TxContext:
             _current.reset(self._token)
         except ValueError:  # pragma: no cover - reset from another context
             _current.set(None)
-        committed = False
+        committed = not tx.began  # a transaction that never wrote has nothing to commit or roll back
         try:
-            if et is None:
+            if et is None and tx.began:
                 try:
                     conn = store._op("commit")
                     conn.execute("COMMIT")
                     committed = True
-                    if conn.total_changes != tx.changes_at_begin:
-                        store.commits += 1  # durable commits only; read-only transactions write nothing
+                    store.commits += 1
+                    store._seq.update(tx._seq)
                 except sqlite3.Error as err:
                     raise StoreError(f"commit failed: {err}") from err
         finally:
@@ -252,7 +257,7 @@ class _Savepoint:
         self._mark = 0
 
     async def __aenter__(self) -> None:
-        self._tx.store._op("savepoint").execute(f"SAVEPOINT {self._name}")
+        self._tx._w("savepoint").execute(f"SAVEPOINT {self._name}")
         self._mark = len(self._tx.callbacks)
 
     async def __aexit__(
@@ -275,7 +280,7 @@ class _Savepoint:
 class _SqliteTx:
     """An open SQLite transaction (see `stead.store.base.Tx`)."""
 
-    __slots__ = ("_seq", "callbacks", "changes_at_begin", "conn", "open", "savepoints", "store", "task")
+    __slots__ = ("_seq", "began", "callbacks", "conn", "open", "savepoints", "store", "task")
 
     def __init__(self, store: SqliteStore, conn: sqlite3.Connection) -> None:
         self.store = store
@@ -285,12 +290,25 @@ class _SqliteTx:
         self.callbacks: list[Callable[[], object]] = []
         self.savepoints = 0
         self._seq: dict[str, int] = {}
-        self.changes_at_begin = 0
+        self.began = False
 
     def _c(self, name: str) -> sqlite3.Connection:
+        """A read. Reads before the first write run without BEGIN: the store lock is held, and this
+        process is the only writer, so nothing can change between them."""
         if not self.open:
             raise StoreError("this transaction has ended")
         return self.store._op(name)
+
+    def _w(self, name: str) -> sqlite3.Connection:
+        """A write: the first one opens the SQLite transaction (lazy BEGIN)."""
+        conn = self._c(name)
+        if not self.began:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as e:
+                raise StoreError(f"could not begin a transaction: {e}") from e
+            self.began = True
+        return conn
 
     def after_commit(self, fn: Callable[[], object]) -> None:
         self.callbacks.append(fn)
@@ -329,30 +347,32 @@ class _SqliteTx:
         return None if row is None or row[0] is None else str(row[0])
 
     async def write(self, agent_id: str, key: str, value: str) -> None:
-        self._c("write").execute(
+        self._w("write").execute(
             "INSERT OR REPLACE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value)
         )
 
     async def write_if_absent(self, agent_id: str, key: str, value: str) -> bool:
-        cur = self._c("write_if_absent").execute(
+        cur = self._w("write_if_absent").execute(
             "INSERT OR IGNORE INTO kv(agent_id, key, value) VALUES(?,?,?)", (agent_id, key, value)
         )
         return cur.rowcount == 1
 
     async def delete(self, agent_id: str, key: str) -> bool:
-        cur = self._c("delete").execute("DELETE FROM kv WHERE agent_id=? AND key=?", (agent_id, key))
+        cur = self._w("delete").execute("DELETE FROM kv WHERE agent_id=? AND key=?", (agent_id, key))
         return cur.rowcount == 1
 
     async def delete_prefix(self, agent_id: str, prefix: str) -> int:
-        cur = self._c("delete_prefix").execute(
+        cur = self._w("delete_prefix").execute(
             "DELETE FROM kv WHERE agent_id=? AND key>=? AND key<?", (agent_id, prefix, prefix + "\U0010ffff")
         )
         return cur.rowcount
 
     # -- history
     async def append(self, agent_id: str, records: Sequence[str]) -> None:
-        conn = self._c("append")
+        conn = self._w("append")
         seq = self._seq.get(agent_id)
+        if seq is None:
+            seq = self.store._seq.get(agent_id)
         if seq is None:
             row = conn.execute("SELECT max(seq) FROM history WHERE agent_id=?", (agent_id,)).fetchone()
             seq = int(row[0]) if row and row[0] is not None else 0
@@ -370,12 +390,12 @@ class _SqliteTx:
         return [r[0] for r in rows]
 
     async def clear(self, agent_id: str) -> None:
-        self._c("clear").execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
+        self._w("clear").execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
         self._seq.pop(agent_id, None)
 
     # -- agents
     async def insert_agent(self, row: AgentRow) -> bool:
-        cur = self._c("insert_agent").execute(
+        cur = self._w("insert_agent").execute(
             "INSERT OR IGNORE INTO agents(id, name, config, created_at) VALUES(?,?,?,?)",
             (row.id, row.name, row.config, row.created_at),
         )
@@ -401,10 +421,10 @@ class _SqliteTx:
         return [(AgentRow(r[0], r[1], r[2], r[3]), bool(r[4])) for r in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
-        conn = self._c("delete_agent")
+        conn = self._w("delete_agent")
         conn.execute("DELETE FROM kv WHERE agent_id=?", (agent_id,))
         conn.execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
-        self._seq.pop(agent_id, None)
+        self._seq[agent_id] = 0
         return conn.execute("DELETE FROM agents WHERE id=?", (agent_id,)).rowcount == 1
 
     async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:
@@ -420,7 +440,7 @@ class _SqliteTx:
 
     # -- relational
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._c("execute").execute(sql, tuple(params)).rowcount
+        return self._w("execute").execute(sql, tuple(params)).rowcount
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._c("fetch").execute(sql, tuple(params)).fetchall()
