@@ -50,7 +50,7 @@ async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> None:
             await tx.write(rt.id, R.tool_key(i, call.id or ""), dumps(encode_block(call)))
         pending = turn.pending.but(stage="tools", turn_id=turn.inference_id, inference_id=turn.inference_id)
         await tx.write(rt.id, R.PENDING, pending.encode())
-        if turn.usage is not None:
+        if turn.usage is not None and not blocks:
             await tx.write(rt.id, R.USAGE, dumps(encode_usage(turn.usage)))
         hooks = rt.env.hooks
         if hooks:
@@ -87,6 +87,18 @@ async def run_batch(rt: AgentRuntime, pending: Pending, entries: list[tuple[str,
     calls = [(key, decode_block(json.loads(raw))) for key, raw in entries]
     sem = asyncio.Semaphore(max(1, rt.config.max_tool_concurrency))
     loop = asyncio.get_running_loop()
+    if len(calls) == 1:
+        # a single call runs inline, without a task (an abort cancels the loop task and with it the call)
+        key, call = calls[0]
+        assert isinstance(call, ToolCall) and call.id is not None
+        tool = _allowed_tool(rt, call.name)
+        if (
+            call.id not in rt.outcomes
+            and call.id not in rt.running
+            and not (tool is not None and tool.transactional)
+        ):
+            resumed = call.id not in rt.dispatched_here
+            rt.outcomes[call.id] = await _execute(rt, pending, call, tool, resumed, sem)
     for _, call in calls:
         assert isinstance(call, ToolCall) and call.id is not None
         tool = _allowed_tool(rt, call.name)
@@ -209,7 +221,10 @@ async def _commit_result(
             return  # already answered: the first committed result wins
         rec = R.result_record(result)
         await tx.append(rt.id, [dumps(rec)])
-        await tx.delete_prefix(rt.id, f"{R.CALL_KV}{call.id}.")
+        kv = rt.call_kvs.get(call.id)
+        if call.id not in rt.dispatched_here or (kv is not None and kv.touched):
+            # erase the call-bound KV (T3); skipped only when this process ran the call and it never wrote
+            await tx.delete_prefix(rt.id, f"{R.CALL_KV}{call.id}.")
         new_pending: Pending | None = None
         if last:
             inf = new_id()

@@ -123,7 +123,6 @@ class AgentRuntime:
         self._settings: dict[str, Any] | None = None
         self._qseq: dict[str, tuple[int, int]] = {}
         self._loop_task: asyncio.Task[None] | None = None
-        self._turn_task: asyncio.Task[bool] | None = None
         self._turn: _Turn | None = None
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._idle = asyncio.Event()
@@ -275,26 +274,25 @@ class AgentRuntime:
 
     async def _loop(self) -> None:
         inside_agent.set(self.id)
+        task = asyncio.current_task()
+        assert task is not None
         try:
             while not self._stopped:
-                self._aborting = False
-                self._turn_task = asyncio.get_running_loop().create_task(self._stage())
                 try:
-                    more = await asyncio.shield(self._turn_task)
+                    try:
+                        more = await self._stage()
+                    except _Retry as r:
+                        await asyncio.sleep(r.delay)
+                        continue
                 except asyncio.CancelledError:
-                    if not self._turn_task.done():
-                        # the loop task itself was cancelled (system abandoned): stop the turn too
-                        self._turn_task.cancel()
-                        raise
                     if not self._aborting:
-                        raise
+                        raise  # the system abandoned or killed this agent
+                    task.uncancel()
                     more = await self._after_abort()
-                except _Retry as r:
-                    await asyncio.sleep(r.delay)
-                    continue
+                    self._aborting = False
                 except (StoreCrashed, Closed):
-                    # the store is dead or closed (this process is as good as killed): stop for good instead of
-                    # restarting the loop forever; the durable work stays for the next owner
+                    # the store is dead or closed (this process is as good as killed): stop for good
+                    # instead of restarting the loop forever; the durable work stays for the next owner
                     self._draining = True
                     return
                 except StoreError as e:
@@ -305,8 +303,6 @@ class AgentRuntime:
                     log.exception("agent %s: unexpected error in the loop", self.id)
                     await asyncio.sleep(self.env.store_retry_delay)
                     continue
-                finally:
-                    self._turn_task = None
                 if not more:
                     break
         finally:
@@ -702,7 +698,8 @@ class AgentRuntime:
                 for b in blocks:
                     await hooks.block_tx(ctx, b)
                 await hooks.response_tx(ctx, self._response_info(turn, reason, error))
-            if turn.usage is not None:
+            if turn.usage is not None and not blocks:
+                # S4: the usage rides on the response's last block record; without blocks it gets a key
                 await tx.write(self.id, R.USAGE, dumps(encode_usage(turn.usage)))
             pending: Pending | None
             if owe:
@@ -782,13 +779,13 @@ class AgentRuntime:
         """Cancel the whole current turn. Finished blocks stay, the streaming block is dropped, running
         tools get aborted error results, exactly one `done: cancelled` is emitted, queued messages stay
         queued and the agent settles. A no-op when idle."""
-        task = self._turn_task
-        if task is None or task.done():
-            return
-        self._aborting = True
-        task.cancel()
         loop_task = self._loop_task
-        if loop_task is not None and loop_task is not asyncio.current_task():
+        if loop_task is None or loop_task.done():
+            return
+        if not self._aborting:
+            self._aborting = True
+            loop_task.cancel()
+        if loop_task is not asyncio.current_task():
             await asyncio.wait([loop_task])
 
     async def _after_abort(self) -> bool:
@@ -867,8 +864,6 @@ class AgentRuntime:
         self._draining = True
         for t in list(self.running.values()):
             t.cancel()
-        if self._turn_task is not None:
-            self._turn_task.cancel()
         if self._loop_task is not None:
             self._loop_task.cancel()
 

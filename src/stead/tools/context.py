@@ -27,10 +27,12 @@ class CallKV:
         self._agent_id = agent_id
         self._prefix = f"kv.c.{call_id}."
         self.closed = False
+        self.touched = False
 
     def _check(self) -> None:
         if self.closed:
             raise StoreError("this call's KV was erased when its result committed")
+        self.touched = True
 
     async def get(self, key: str) -> Any | None:
         self._check()
