@@ -38,16 +38,17 @@ IN_DOUBT_TEXT = (
 )
 
 
-async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> None:
-    """Commit the response's blocks and its batch in one transaction (T1)."""
+async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> list[tuple[str, str]]:
+    """Commit the response's blocks and its batch in one transaction (T1); return the batch entries."""
     blocks = list(turn.held)
     calls = list(turn.calls)
+    entries = [(R.tool_key(i, call.id or ""), dumps(encode_block(call))) for i, call in enumerate(calls)]
     async with rt.env.store.transaction() as tx:
         consumed = await rt._write_consumption(tx, turn)
         recs = rt._block_records(turn, blocks, turn.usage)
         await tx.append(rt.id, [dumps(r) for r in recs])
-        for i, call in enumerate(calls):
-            await tx.write(rt.id, R.tool_key(i, call.id or ""), dumps(encode_block(call)))
+        for key, value in entries:
+            await tx.write(rt.id, key, value)
         pending = turn.pending.but(stage="tools", turn_id=turn.inference_id, inference_id=turn.inference_id)
         await tx.write(rt.id, R.PENDING, pending.encode())
         if turn.usage is not None and not blocks:
@@ -74,6 +75,7 @@ async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> None:
         tx.after_commit(published)
     turn.held.clear()
     turn.calls.clear()
+    return entries
 
 
 def _allowed_tool(rt: AgentRuntime, name: str) -> Tool | None:

@@ -164,7 +164,8 @@ class AgentRuntime:
             run_id=p.run_id if p else None,
             turn_id=p.turn_id if p else None,
             inference_id=inference_id or (p.inference_id if p else None),
-            settings=dict(self.settings),
+            # P1: within a turn, the settings its consumption made effective (committed in the same tx)
+            settings=dict(self._turn.settings if self._turn is not None else self.settings),
             tx=tx,
             restored=restored,
         )
@@ -441,7 +442,6 @@ class AgentRuntime:
         except Exception as e:
             log.warning("agent %s: turn failed: %r", self.id, e)
             return await self._fail(turn, f"{type(e).__name__}: {e}")
-        self._attempt = 0
         if reason is None:
             # S3: the stream ended without a terminal event
             await self._commit_partial(turn)
@@ -451,6 +451,7 @@ class AgentRuntime:
                 self._attempt += 1
                 raise _Retry(self.env.retry.delay(self._attempt))
             return await self._fail(turn, "the model's response ended before it was complete")
+        self._attempt = 0  # only a complete response resets the retry budget
         if reason in ("error", "cancelled"):
             return await self._fail(turn, error or f"the model's response ended with {reason!r}")
         return await self._finish(turn, reason)
@@ -647,9 +648,12 @@ class AgentRuntime:
 
     async def _finish(self, turn: _Turn, reason: str) -> bool:
         if turn.calls:
-            from stead.core.batch import dispatch
+            from stead.core.batch import dispatch, run_batch
 
-            await dispatch(self, turn, reason)
+            entries = await dispatch(self, turn, reason)
+            # The batch is part of this turn, whose durable state was read at its start and has been
+            # written by this task since: run it now instead of re-reading what was just committed.
+            await run_batch(self, turn.pending, entries)
             return True
         return await self._commit_end(turn, results=[], note=None, settle=True, owe=False, reason=reason)
 
@@ -686,7 +690,9 @@ class AgentRuntime:
         more = True
         async with self.env.store.transaction() as tx:
             consumed = await self._write_consumption(tx, turn)
-            recs = self._block_records(turn, blocks, turn.usage)
+            # S4: a failed or cut-off response keeps the previous usage measurement
+            usage = turn.usage if reason not in ("error", "cancelled") else None
+            recs = self._block_records(turn, blocks, usage)
             recs += [R.result_record(r) for r in results]
             if note is not None:
                 recs.append({"k": "s", "x": note})
@@ -698,9 +704,9 @@ class AgentRuntime:
                 for b in blocks:
                     await hooks.block_tx(ctx, b)
                 await hooks.response_tx(ctx, self._response_info(turn, reason, error))
-            if turn.usage is not None and not blocks:
+            if usage is not None and not blocks:
                 # S4: the usage rides on the response's last block record; without blocks it gets a key
-                await tx.write(self.id, R.USAGE, dumps(encode_usage(turn.usage)))
+                await tx.write(self.id, R.USAGE, dumps(encode_usage(usage)))
             pending: Pending | None
             if owe:
                 pending = turn.pending.but(turn_id=turn.inference_id, inference_id=turn.inference_id)
@@ -708,9 +714,8 @@ class AgentRuntime:
             else:
                 queued = await tx.read_prefix(self.id, R.QUEUE)
                 if settle and not any(v for _, v in queued):
-                    await self._settle_in(tx, turn.pending, error)
                     pending = None
-                    more = False
+                    more = False  # settled below, after `published`: the response's Done precedes Settled
                 else:
                     pending = turn.pending.but(turn_id=None, inference_id=None)
                     await tx.write(self.id, R.PENDING, pending.encode())
@@ -735,6 +740,8 @@ class AgentRuntime:
                     )
 
             tx.after_commit(published)
+            if not more:
+                await self._settle_in(tx, turn.pending, error)
         turn.held.clear()
         turn.calls.clear()
         return more
@@ -759,12 +766,16 @@ class AgentRuntime:
         await tx.delete_prefix(self.id, R.RUN_KV)
         hooks = self.env.hooks
         ctx = self.hook_ctx(tx, pending) if hooks else None
+        reopened: Pending | None = None
         if ctx is not None:
             await hooks.settled_tx(ctx, error)
+            # X2: work accepted inside this very transaction (by the hook) re-created the pending record;
+            # it was published first by its own after-commit callback and must not be overwritten here
+            reopened = Pending.decode(await tx.get(self.id, R.PENDING))
         self.last_error = None
 
         def published() -> None:
-            self.pending = None
+            self.pending = reopened
             self.emit(Settled(pending.run_id, error))
             if ctx is not None:
                 ctx.tx = None
@@ -817,16 +828,17 @@ class AgentRuntime:
             consumed: list[dict[str, Any]] = []
             if turn is not None:
                 consumed = await self._write_consumption(tx, turn)
-                recs += self._block_records(turn, list(turn.held), turn.usage)
+                recs += self._block_records(turn, list(turn.held), None)  # S4: cancelled: no measurement
                 recs += [
                     R.result_record(ToolResult(c.id or "", "Aborted before it ran.", True))
                     for c in turn.calls
                 ]
                 if recs:
                     await tx.append(self.id, [dumps(r) for r in recs])
-            recs += await abort_batch(self, tx)
-            await self._settle_in(tx, pending, "aborted")
-            done_needed = turn is None or not turn.done_emitted
+            aborted_calls = await abort_batch(self, tx)
+            recs += aborted_calls
+            # one `done: cancelled` for the cancelled turn, also when it was running its tool batch (X1)
+            done_needed = turn is None or not turn.done_emitted or bool(aborted_calls)
             partial = turn is not None and turn.partial
             inf_id = turn.inference_id if turn is not None else None
 
@@ -840,6 +852,7 @@ class AgentRuntime:
                     self.emit(Done("cancelled", inference_id=inf_id))
 
             tx.after_commit(published)
+            await self._settle_in(tx, pending, "aborted")  # after `published`: Done precedes Settled
 
     # ------------------------------------------------------------------ drain / close (X4)
     def drain(self) -> None:
