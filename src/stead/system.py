@@ -9,6 +9,7 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +21,7 @@ from stead._ids import is_valid_id, new_id
 from stead.agent import Agent
 from stead.core.config import AgentConfig, Env, QueueMode, RetryPolicy
 from stead.core.hooks import Hooks, HookSet
-from stead.core.records import Pending
+from stead.core.records import SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
 from stead.errors import (
     AgentNotFound,
@@ -166,6 +167,8 @@ class AgentSystem:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             async with self.store.transaction() as tx:
                 row = await tx.get_agent(agent_id)
+                # C3/P1: the durable effective settings, so hooks and `agent.settings` see them before a turn
+                settings = await tx.get(agent_id, SETTINGS) if row is not None else None
             if row is None:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             rt = self._runtimes.get(agent_id)
@@ -173,6 +176,8 @@ class AgentSystem:
                 rt = self._runtimes[agent_id] = AgentRuntime(
                     agent_id, AgentConfig.decode(row.config), self._env
                 )
+                if settings:
+                    rt._settings = json.loads(settings)
         return Agent(self, rt)
 
     async def agents(self) -> list[AgentInfo]:
@@ -337,7 +342,13 @@ async def open(
             raise ConfigurationError(f"two tools are named {t_obj.name!r}")
         tool_map[t_obj.name] = t_obj
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
-    store = await open_store(url, faults=faults)
+    migrations: dict[str, list[str]] = {}
+    for h in hook_list:
+        for module, scripts in type(h).migrations.items():
+            if module in migrations and migrations[module] != scripts:
+                raise ConfigurationError(f"two hooks declare different migrations for module {module!r}")
+            migrations[module] = list(scripts)
+    store = await open_store(url, faults=faults, migrations=migrations)
     env = Env(
         store=store,
         providers=dict(providers or {}),

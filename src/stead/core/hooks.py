@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from stead.messages import Message, ToolCall, ToolResult, Usage
 
@@ -38,6 +38,8 @@ class HookContext:
     settings: dict[str, Any] = field(default_factory=dict)
     tx: Tx | None = None
     restored: bool = False
+    message: Message | None = None
+    """In `activated_tx` on acceptance: the message whose acceptance activated the agent."""
 
     @property
     def permission_mode(self) -> str:
@@ -60,7 +62,12 @@ class ResponseInfo:
 
 
 class Hooks:
-    """Override any of these. Every method is optional."""
+    """Override any of these. Every method is optional.
+
+    `migrations` lets a layer that keeps its own tables declare them: module name → ordered SQL scripts,
+    applied by `stead.open` before anything runs (see `stead.store.sqlite`)."""
+
+    migrations: ClassVar[dict[str, list[str]]] = {}
 
     # -- transactional -----------------------------------------------------------------------------
     async def activated_tx(self, ctx: HookContext) -> None:
@@ -89,6 +96,11 @@ class Hooks:
         """The active period ends: the pending record is being deleted."""
 
     # -- decisions ---------------------------------------------------------------------------------
+    async def before_inference(self, ctx: HookContext) -> str | None:
+        """Return a reason to end the run as failed instead of calling the model (guardrails), or None.
+        The reason is recorded like a failed turn and the run settles; queued messages stay queued."""
+        return None
+
     async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
         """Return a result to answer the call without running it (policy, approvals), or None to run it."""
         return None
@@ -142,6 +154,13 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self.hooks:
             await h.settled_tx(ctx, error)
+
+    async def before_inference(self, ctx: HookContext) -> str | None:
+        for h in self.hooks:
+            reason = await h.before_inference(ctx)
+            if reason is not None:
+                return reason
+        return None
 
     async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
         for h in self.hooks:

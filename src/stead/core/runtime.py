@@ -216,7 +216,12 @@ class AgentRuntime:
         if await tx.get(self.id, R.PENDING) is None:
             activated = Pending("inference", new_id(), activated_at=time.time())
             await tx.write_if_absent(self.id, R.PENDING, activated.encode())
-            await self.env.hooks.activated_tx(self.hook_ctx(tx, activated))
+            if self.env.hooks:
+                ctx = self.hook_ctx(tx, activated)
+                ctx.message = Message(
+                    item.role, [decode_block(b) for b in item.content], id=item.id, metadata=item.metadata
+                )
+                await self.env.hooks.activated_tx(ctx)
 
         def published() -> None:
             if activated is not None:
@@ -427,6 +432,12 @@ class AgentRuntime:
         settings, reset = self._apply_settings(take)
         turn = _Turn(inf_id, pending, take, settings=settings, reset=reset, started_at=time.time())
         self._turn = turn
+        if self.env.hooks:
+            ctx = self.hook_ctx(None, pending, inference_id=inf_id)
+            ctx.settings = dict(settings)
+            refusal = await self.env.hooks.before_inference(ctx)
+            if refusal is not None:
+                return await self._fail(turn, refusal, end_run=True)
         try:
             provider = self._provider(settings)
             request = self._request(turn, settings)
@@ -657,9 +668,10 @@ class AgentRuntime:
             return True
         return await self._commit_end(turn, results=[], note=None, settle=True, owe=False, reason=reason)
 
-    async def _fail(self, turn: _Turn, error: str) -> bool:
+    async def _fail(self, turn: _Turn, error: str, *, end_run: bool = False) -> bool:
         """C6/T4: the turn failed. Its input counts as consumed, its calls get error results, and a system
-        note tells the next inference; queued work is still answered."""
+        note tells the next inference; queued work is still answered — unless `end_run` (a guardrail
+        refused the inference), which settles the run with queued messages left queued, like an abort."""
         self._attempt = 0
         self.last_error = error
         results = [ToolResult(c.id or "", f"Not run: the turn failed ({error}).", True) for c in turn.calls]
@@ -671,6 +683,7 @@ class AgentRuntime:
             owe=False,
             reason="error",
             error=error,
+            force_settle=end_run,
         )
 
     async def _commit_end(
@@ -683,6 +696,7 @@ class AgentRuntime:
         owe: bool,
         reason: str,
         error: str | None = None,
+        force_settle: bool = False,
     ) -> bool:
         """The last commit of a response without a tool batch: consumption, blocks, usage, error results,
         a note; then settlement (if nothing is queued), or the pending record for what comes next."""
@@ -713,7 +727,7 @@ class AgentRuntime:
                 await tx.write(self.id, R.PENDING, pending.encode())
             else:
                 queued = await tx.read_prefix(self.id, R.QUEUE)
-                if settle and not any(v for _, v in queued):
+                if settle and (force_settle or not any(v for _, v in queued)):
                     pending = None
                     more = False  # settled below, after `published`: the response's Done precedes Settled
                 else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from stead.errors import InvalidInput
 from stead.store.base import AgentRow, Store, Tx
 from stead.store.faults import Faults
@@ -10,10 +12,13 @@ from stead.store.sqlite import SqliteStore
 __all__ = ["AgentRow", "Faults", "SqliteStore", "Store", "Tx", "open_store"]
 
 
-async def open_store(url: str, *, faults: Faults | None = None) -> SqliteStore:
-    """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`)."""
+async def open_store(
+    url: str, *, faults: Faults | None = None, migrations: Mapping[str, Sequence[str]] | None = None
+) -> SqliteStore:
+    """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`), applying the kernel's
+    migrations and those of each higher-layer module in `migrations` (name → ordered SQL scripts)."""
     if url.startswith("sqlite:"):
-        return await SqliteStore.open(url, faults=faults)
+        return await SqliteStore.open(url, faults=faults, migrations=migrations)
     if url.startswith(("postgresql:", "postgres:")):
         raise InvalidInput("PostgreSQL stores are not available yet in this version; use sqlite:///file.db")
     raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")

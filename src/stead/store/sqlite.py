@@ -17,7 +17,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from pathlib import Path
@@ -90,7 +90,9 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- opening / closing
     @classmethod
-    async def open(cls, url: str, *, faults: Faults | None = None) -> SqliteStore:
+    async def open(
+        cls, url: str, *, faults: Faults | None = None, migrations: Mapping[str, Sequence[str]] | None = None
+    ) -> SqliteStore:
         """Take the process lock, open the file in WAL mode, migrate the schema.
 
         Raises `StoreLocked` at once when another process (or another open store) owns the file, and
@@ -117,7 +119,7 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous={sync}")
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute("PRAGMA busy_timeout=0")
-            _migrate(conn, path)
+            _migrate(conn, path, migrations)
         except BaseException:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -240,6 +242,8 @@ class _TxContext:
                 except sqlite3.Error:
                     pass
             store._write_lock.release()
+        if et is not None:
+            return  # rolled back: its after-commit callbacks never run
         for fn in tx.callbacks:
             try:
                 fn()
@@ -446,26 +450,35 @@ class _SqliteTx:
         return self._c("fetch").execute(sql, tuple(params)).fetchall()
 
 
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the schema to `SCHEMA_VERSION`; each migration commits atomically with its version bump."""
+def _migrate(conn: sqlite3.Connection, path: str, modules: Mapping[str, Sequence[str]] | None = None) -> None:
+    """Bring the schema to `SCHEMA_VERSION` (the kernel's tables), then each higher layer's module to the
+    length of its migration list. Each migration commits atomically with its version bump; a version newer
+    than the code refuses to open (`SchemaTooNew`)."""
     conn.execute("CREATE TABLE IF NOT EXISTS stead_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    row = conn.execute("SELECT value FROM stead_meta WHERE key='schema_version'").fetchone()
+    _migrate_module(conn, path, "schema_version", MIGRATIONS)
+    for module, migrations in (modules or {}).items():
+        if not module.isidentifier():
+            raise InvalidInput(f"migration module name {module!r} must be an identifier")
+        _migrate_module(conn, path, f"schema_version:{module}", list(migrations))
+
+
+def _migrate_module(conn: sqlite3.Connection, path: str, key: str, migrations: Sequence[str]) -> None:
+    row = conn.execute("SELECT value FROM stead_meta WHERE key=?", (key,)).fetchone()
     version = int(row[0]) if row else 0
-    if version > SCHEMA_VERSION:
+    if version > len(migrations):
         conn.close()
+        what = "this stead's" if key == "schema_version" else f"module {key.split(':', 1)[1]!r}'s"
         raise SchemaTooNew(
-            f"{path} has schema version {version}, newer than this stead's {SCHEMA_VERSION}; upgrade stead"
+            f"{path} has schema version {version}, newer than {what} {len(migrations)}; upgrade stead"
         )
-    while version < SCHEMA_VERSION:
+    while version < len(migrations):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[version].split(";"):
+            for statement in migrations[version].split(";"):
                 if statement.strip():
                     conn.execute(statement)
             version += 1
-            conn.execute(
-                "INSERT OR REPLACE INTO stead_meta(key, value) VALUES('schema_version', ?)", (str(version),)
-            )
+            conn.execute("INSERT OR REPLACE INTO stead_meta(key, value) VALUES(?, ?)", (key, str(version)))
             conn.execute(
                 "INSERT OR IGNORE INTO stead_meta(key, value) VALUES('created_at', ?)", (str(time.time()),)
             )
