@@ -49,7 +49,9 @@ async def _workload(path: Path, n: int, k: int, sync: str) -> tuple[float, float
             if m.role == "tool":
                 rounds += 1
         out: list[stead.Block] = (
-            [stead.ToolCall("add", {"a": rounds, "b": 1})] if rounds < k else [stead.Text(f"The answer is {k}.")]
+            [stead.ToolCall("add", {"a": rounds, "b": 1})]
+            if rounds < k
+            else [stead.Text(f"The answer is {k}.")]
         )
         inside[0] += perf() - t0
         return out
@@ -65,16 +67,21 @@ async def _workload(path: Path, n: int, k: int, sync: str) -> tuple[float, float
     wall = perf() - t0
     commits = system.store.commits - commits0  # type: ignore[attr-defined]
     await system.close()
+    return wall, inside[0], commits, _size(path)
+
+
+def _size(path: Path) -> int:
+    """Main file + WAL after a TRUNCATE checkpoint."""
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     wal = Path(str(path) + "-wal")
-    size = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-    return wall, inside[0], commits, size
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-def run_stead(n: int = 200, k: int = 5, sync: str = "normal", warmup: int = 5,
-              directory: Path | None = None) -> dict[str, Any]:
+def run_stead(
+    n: int = 200, k: int = 5, sync: str = "normal", warmup: int = 5, directory: Path | None = None
+) -> dict[str, Any]:
     """Run the workload and return the results (same keys as the floor's)."""
     with tempfile.TemporaryDirectory(prefix="stead-bench-", dir=directory) as tmp:
         if warmup:
