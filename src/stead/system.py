@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
@@ -257,11 +257,14 @@ class AgentSystem:
                 fut.set_result(outcome)
 
     # ------------------------------------------------------------------ restore / close
-    async def _restore(self) -> None:
-        """R1/R3: start every agent whose pending record exists, reading only small records."""
+    async def _restore(self, only: Collection[str] | None = None) -> None:
+        """R1/R3: start every agent whose pending record exists (or only those in `only`), reading only
+        small records."""
         async with self.store.transaction() as tx:
             owing = await tx.agents_owing_work()
         for row, raw in owing:
+            if only is not None and row.id not in only:
+                continue
             pending = Pending.decode(raw)
             if pending is None:
                 continue
@@ -330,11 +333,11 @@ async def open(
     retry: RetryPolicy | None = None,
     faults: Faults | None = None,
     max_payload_bytes: int = 1_000_000,
-    restore: bool = True,
+    restore: bool | Collection[str] = True,
 ) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
-    owes work (unless `restore=False`, for inspection). Raises `stead.StoreLocked` at once if another
-    process owns the store."""
+    owes work (`restore=False`: none, for inspection; a collection of ids: only those). Raises
+    `stead.StoreLocked` at once if another process owns the store."""
     tool_map: dict[str, Tool] = {}
     for t in tools:
         t_obj = t if isinstance(t, Tool) else tool(t)
@@ -359,8 +362,10 @@ async def open(
     )
     system = AgentSystem(store, env)
     try:
-        if restore:
+        if restore is True:
             await system._restore()
+        elif restore:
+            await system._restore(only=set(restore))
     except BaseException:
         await store.close()
         raise

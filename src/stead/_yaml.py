@@ -1,0 +1,150 @@
+"""YAML files validated by pydantic models, with every error pointing at `file:line:`.
+
+The file is parsed twice: `yaml.compose` gives the node tree (with line marks) and the constructed data is
+validated by a pydantic model. A pydantic error location (`("tools", 1)`) is mapped back to the node it
+names by walking the tree, so the message can say which line is wrong. Used by agent definitions and by
+scripted model files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from stead.errors import DefinitionError
+
+__all__ = ["YamlDocument", "line_of", "load_yaml_model", "read_yaml", "validation_error"]
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+class YamlDocument:
+    """The parsed data of one YAML file and its node tree."""
+
+    def __init__(self, path: Path, data: Any, root: yaml.Node | None) -> None:
+        self.path = path
+        self.data = data
+        self.root = root
+
+    def line(self, loc: Sequence[int | str], *, key: bool = False) -> int:
+        """The 1-based line of the node at `loc` (of its key when `key`), or of its nearest ancestor."""
+        return line_of(self.root, loc, key=key)
+
+    def error(self, message: str, loc: Sequence[int | str] = (), *, key: bool = False) -> DefinitionError:
+        return DefinitionError(message, path=str(self.path), line=self.line(loc, key=key))
+
+
+def line_of(root: yaml.Node | None, loc: Sequence[int | str], *, key: bool = False) -> int:
+    """Walk mappings (by key) and sequences (by index) along `loc`; return the deepest line reached."""
+    if root is None:
+        return 1
+    node: yaml.Node = root
+    line = node.start_mark.line + 1
+    for part in loc:
+        child: yaml.Node | None = None
+        key_node: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                    key_node, child = k, v
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = (key_node if key and key_node is not None and part == loc[-1] else child).start_mark.line + 1
+    return line
+
+
+def read_yaml(path: str | Path, *, what: str = "file") -> YamlDocument:
+    """Read and parse a YAML file; syntax errors and unreadable files become `DefinitionError`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DefinitionError(f"{what} not found", path=str(p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DefinitionError(f"cannot read {what}: {e}", path=str(p)) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = "; ".join(x for x in (e.context, e.problem) if x) or "invalid YAML"
+        raise DefinitionError(f"YAML syntax error: {problem}", path=str(p), line=line) from None
+    except yaml.YAMLError as e:
+        raise DefinitionError(f"YAML error: {e}", path=str(p), line=1) from None
+    doc = YamlDocument(p, data, root)
+    _check_duplicate_keys(doc, root)
+    return doc
+
+
+def _check_duplicate_keys(doc: YamlDocument, node: yaml.Node | None) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                if k.value in seen:
+                    raise DefinitionError(
+                        f"duplicate key {k.value!r}", path=str(doc.path), line=k.start_mark.line + 1
+                    )
+                seen.add(k.value)
+            _check_duplicate_keys(doc, v)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_duplicate_keys(doc, item)
+
+
+def _field(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def validation_error(doc: YamlDocument, error: pydantic.ValidationError) -> DefinitionError:
+    """The first validation error as `file:line: field: message` (later ones listed after it)."""
+    problems: list[tuple[int, str]] = []
+    for err in error.errors(include_url=False):
+        # drop the tagged-union / function-validator markers pydantic inserts into locations
+        loc = [p for p in err["loc"] if isinstance(p, int) or not str(p).startswith(("function-", "tagged-"))]
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            line = doc.line(loc, key=True)
+            parent = _field(loc[:-1])
+            msg = f"unknown key {loc[-1]!r}" + (f" in {parent}" if parent else "")
+        elif kind == "missing":
+            line = doc.line(loc[:-1])
+            msg = f"{_field(loc)}: required field is missing"
+        else:
+            line = doc.line(loc)
+            text = str(err["msg"])
+            if text.startswith("Value error, "):
+                text = text[len("Value error, ") :]
+            field = _field(loc) or "(document)"
+            msg = f"{field}: {text}"
+        problems.append((line, msg))
+    line, first = problems[0]
+    more = [f"{doc.path}:{ln}: {m}" for ln, m in problems[1:]]
+    if more:
+        first += " (also: " + "; ".join(more) + ")"
+    return DefinitionError(first, path=str(doc.path), line=line)
+
+
+def load_yaml_model(path: str | Path, model: type[M], *, what: str = "file") -> tuple[M, YamlDocument]:
+    """Parse `path` and validate it as `model`; every problem is a `DefinitionError` with file and line."""
+    doc = read_yaml(path, what=what)
+    if doc.data is None:
+        raise doc.error(f"{what} is empty")
+    if not isinstance(doc.data, dict):
+        raise doc.error(f"{what} must be a YAML mapping (key: value lines), not {type(doc.data).__name__}")
+    try:
+        value = model.model_validate(doc.data)
+    except pydantic.ValidationError as e:
+        raise validation_error(doc, e) from None
+    return value, doc

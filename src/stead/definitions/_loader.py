@@ -1,0 +1,176 @@
+"""Loading agent definition files: YAML → `AgentDefinition`, with tools imported and the model checked.
+
+Every problem is a `stead.DefinitionError` whose message starts with `file:line:` and names the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from stead._yaml import YamlDocument, load_yaml_model
+from stead.definitions._schema import AgentDefinition
+from stead.errors import ConfigurationError, DefinitionError
+from stead.providers.base import Provider
+from stead.tools._tool import Tool, tool
+
+__all__ = ["import_tool", "load_definition", "make_provider"]
+
+
+def load_definition(path: str | Path) -> AgentDefinition:
+    """Load and check an agent definition file: schema, tool imports and (for scripted models) the script."""
+    p = Path(path)
+    definition, doc = load_yaml_model(p, AgentDefinition, what="agent definition")
+    definition._source = p.resolve()
+    definition._tools = _resolve_tools(definition, doc)
+    if definition.provider_name == "scripted":
+        definition._provider = _load_scripted(definition, doc)
+    return definition
+
+
+def _load_scripted(definition: AgentDefinition, doc: YamlDocument) -> Provider:
+    from stead.providers.scripted_file import load_scripted_model  # scripted_file imports this package
+
+    file = definition.base_dir / definition.model_name
+    if not file.is_file():
+        raise doc.error(
+            f"model: scripted model file {definition.model_name!r} not found (looked for {file})", ["model"]
+        )
+    return load_scripted_model(_display(file))
+
+
+def _display(file: Path) -> Path:
+    """A path relative to the working directory when it is below it (shorter error messages)."""
+    try:
+        return file.relative_to(Path.cwd())
+    except ValueError:
+        return file
+
+
+def _resolve_tools(definition: AgentDefinition, doc: YamlDocument) -> list[Tool]:
+    out: list[Tool] = []
+    seen: dict[str, int] = {}
+    for i, ref in enumerate(definition.tools):
+        loc: list[int | str] = ["tools", i]
+        try:
+            t = import_tool(ref, base_dir=definition.base_dir)
+        except ConfigurationError as e:
+            raise doc.error(f"tools[{i}]: {e}", loc) from None
+        if t.name in seen:
+            raise doc.error(
+                f"tools[{i}]: a tool named {t.name!r} is already listed (tools[{seen[t.name]}])", loc
+            )
+        seen[t.name] = i
+        out.append(t)
+    return out
+
+
+def import_tool(ref: str, *, base_dir: Path | None = None) -> Tool:
+    """Import `package.module:name` or `file.py:name` (relative to `base_dir`) as a `Tool`.
+
+    A plain function is wrapped with `stead.tool`. Raises `ConfigurationError` naming the problem."""
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr:
+        raise ConfigurationError(f"{ref!r} must look like 'package.module:name' or 'file.py:name'")
+    base = base_dir if base_dir is not None else Path.cwd()
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        module = _import_file(base / target, target)
+    else:
+        module = _import_module(target, base)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigurationError(f"{target} has no attribute {attr!r}") from None
+    if isinstance(obj, Tool):
+        return obj
+    if callable(obj):
+        try:
+            return tool(obj)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{ref}: {e}") from None
+    raise ConfigurationError(f"{ref} is a {type(obj).__name__}, not a tool or a function")
+
+
+def _ensure_path(directory: Path) -> None:
+    """Make modules next to the definition importable (appended: never shadows installed packages)."""
+    d = str(directory)
+    if d not in sys.path:
+        sys.path.append(d)
+
+
+def _import_module(name: str, base: Path) -> ModuleType:
+    _ensure_path(base)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
+            raise ConfigurationError(f"module {name!r} not found (searched sys.path and {base})") from None
+        raise ConfigurationError(f"importing {name} failed: {e}") from None
+    except Exception as e:
+        raise ConfigurationError(f"importing {name} failed: {type(e).__name__}: {e}") from None
+
+
+def _import_file(file: Path, shown: str) -> ModuleType:
+    file = file.resolve()
+    if not file.is_file():
+        raise ConfigurationError(f"tool file {shown!r} not found (looked for {file})")
+    digest = hashlib.sha1(str(file).encode(), usedforsecurity=False).hexdigest()[:12]
+    mod_name = f"_stead_tools_{file.stem}_{digest}"
+    cached = sys.modules.get(mod_name)
+    if cached is not None:
+        return cached
+    _ensure_path(file.parent)
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    if spec is None or spec.loader is None:
+        raise ConfigurationError(f"cannot import {shown!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[mod_name]
+        raise ConfigurationError(f"importing {shown} failed: {type(e).__name__}: {e}") from None
+    return module
+
+
+def make_provider(definition: AgentDefinition) -> Provider:
+    """The provider that serves `definition.model` (scripted models were loaded with the definition)."""
+    if definition._provider is not None:
+        return definition._provider
+    name = definition.provider_name
+    if name == "scripted":
+        definition._provider = _load_scripted_standalone(definition)
+        return definition._provider
+    try:
+        if name == "openai":
+            from stead.providers.openai import OpenAIProvider
+
+            provider: Provider = OpenAIProvider()
+        elif name == "anthropic":
+            from stead.providers.anthropic import AnthropicProvider
+
+            provider = AnthropicProvider()
+        else:
+            raise ConfigurationError(f"unknown provider {name!r}")
+    except ImportError as e:
+        raise ConfigurationError(
+            f"the {name} provider needs its SDK: pip install 'stead[{name}]' ({e})"
+        ) from None
+    definition._provider = provider
+    return provider
+
+
+def _load_scripted_standalone(definition: AgentDefinition) -> Provider:
+    from stead.providers.scripted_file import load_scripted_model
+
+    file = definition.base_dir / definition.model_name
+    if not file.is_file():
+        raise DefinitionError(f"model: scripted model file {definition.model_name!r} not found ({file})")
+    return load_scripted_model(file)
