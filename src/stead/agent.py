@@ -80,7 +80,7 @@ class Agent:
         role: Literal["user", "system"] = "user",
         metadata: dict[str, Any] | None = None,
         provider: str | None = None,
-        model: str | None = None,
+        model: str | Sequence[str] | None = None,
         effort: str | None = None,
         permission_mode: str | None = None,
         profile: str | None = None,
@@ -98,7 +98,7 @@ class Agent:
         role: Literal["user", "system"] = "user",
         metadata: dict[str, Any] | None = None,
         provider: str | None = None,
-        model: str | None = None,
+        model: str | Sequence[str] | None = None,
         effort: str | None = None,
         permission_mode: str | None = None,
         profile: str | None = None,
@@ -143,9 +143,16 @@ class Agent:
         mode = settings.get("permission_mode")
         if mode is not None and mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, not {mode!r}")
-        provider = settings.get("provider")
-        if provider is not None:
-            self._system._check_provider(str(provider), settings.get("model"))
+        if "model" in settings and "provider" not in settings:
+            current = str(self._rt.settings.get("provider"))
+            inferred = self._system.router.infer_provider(settings["model"], current)
+            if inferred != current:
+                settings["provider"] = inferred
+        if "provider" in settings or "model" in settings:
+            self._system._check_provider(
+                str(settings.get("provider", self._rt.settings.get("provider"))),
+                settings.get("model", self._rt.settings.get("model")),
+            )
         content = [encode_block(b) for b in blocks]
         size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
         limit = self._system._env.max_payload_bytes
@@ -196,7 +203,7 @@ class _EventStream:
 
 def _settings(
     provider: str | None,
-    model: str | None,
+    model: str | Sequence[str] | None,
     effort: str | None,
     permission_mode: str | None,
     profile: str | None,

@@ -32,7 +32,9 @@ from stead.errors import (
     InvalidInput,
     StoreError,
 )
+from stead.observability import Run, RunRecorder, get_run, list_runs
 from stead.providers.base import Provider
+from stead.routing import ModelRouter
 from stead.store import Faults, Store, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
@@ -55,9 +57,10 @@ class AgentInfo:
 class AgentSystem:
     """Every agent of one store. Use `await stead.open(url, ...)`, ideally as `async with`."""
 
-    def __init__(self, store: Store, env: Env) -> None:
+    def __init__(self, store: Store, env: Env, router: ModelRouter | None = None) -> None:
         self.store = store
         self._env = env
+        self.router = router or ModelRouter(env.providers)
         self._runtimes: dict[str, AgentRuntime] = {}
         self._closing = False
         self._closed = asyncio.Event()
@@ -88,22 +91,14 @@ class AgentSystem:
             raise Closed("the agent system is closed")
 
     def _check_provider(self, name: str, model: Any) -> None:
-        if name in self._env.providers:
-            return
-        if (
-            self._env.resolve_provider is not None
-            and self._env.resolve_provider({"provider": name, "model": model}) is not None
-        ):
-            return
-        known = ", ".join(sorted(self._env.providers)) or "none"
-        raise ConfigurationError(f"unknown provider {name!r}; registered providers: {known}")
+        self.router.check(name, model)
 
     # ------------------------------------------------------------------ agents
     async def create(
         self,
         *,
         provider: str | None = None,
-        model: str | None = None,
+        model: str | Sequence[str] | None = None,
         instructions: str = "",
         tools: Sequence[str] = (),
         agent_id: str | None = None,
@@ -118,13 +113,7 @@ class AgentSystem:
         self._check_open()
         if agent_id is not None and not is_valid_id(agent_id):
             raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
-        if provider is None:
-            if len(self._env.providers) == 1 and self._env.resolve_provider is None:
-                provider = next(iter(self._env.providers))
-            elif model is not None and ":" in model:
-                provider = model.split(":", 1)[0]
-            else:
-                raise ConfigurationError("create() needs provider= (or a model string like 'openai:gpt-4.1')")
+        provider = self.router.provider_name(provider, model)
         if model is None:
             model = "default"
         self._check_provider(provider, model)
@@ -141,7 +130,7 @@ class AgentSystem:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
         config = AgentConfig(
             provider=provider,
-            model=model,
+            model=model if isinstance(model, str) else list(model),
             instructions=instructions,
             tools=list(tools),
             name=name,
@@ -184,7 +173,9 @@ class AgentSystem:
         """Every agent with whether it owes work."""
         async with self.store.transaction() as tx:
             rows = await tx.list_agents()
-        return [AgentInfo(r.id, r.name, active, r.created_at) for r, active in rows]
+            # R1: an unreadable pending record counts as absent (as it does for restore)
+            owing = {row.id for row, raw in await tx.agents_owing_work() if Pending.decode(raw) is not None}
+        return [AgentInfo(r.id, r.name, active and r.id in owing, r.created_at) for r, active in rows]
 
     async def delete(self, agent_id: str) -> None:
         """Stop the agent (abort its turn) and remove it with its history and state."""
@@ -236,7 +227,9 @@ class AgentSystem:
                             outcomes.append([await rt.accept(tx, item) for item in items])
                         else:
                             async with tx.savepoint():
-                                outcomes.append([await rt.accept(tx, item) for item in items])
+                                created = [await rt.accept(tx, item) for item in items]
+                            # only once the savepoint is released (a failing RELEASE refuses this sender)
+                            outcomes.append(created)
                     except Exception as e:
                         if len(batch) == 1:
                             raise
@@ -323,6 +316,15 @@ class AgentSystem:
             rt.closed = True
         self._closed.set()
 
+    # ------------------------------------------------------------------ run records (DESIGN §8)
+    async def runs(self, agent_id: str | None = None, limit: int = 50) -> list[Run]:
+        """Recorded runs, newest first (optionally of one agent), without steps or children."""
+        return await list_runs(self.store, agent_id, limit)
+
+    async def run(self, run_id: str) -> Run:
+        """One recorded run with its steps and child runs (recursively); raises `stead.RunNotFound`."""
+        return await get_run(self.store, run_id)
+
 
 async def open(
     url: str = "sqlite:///stead.db",
@@ -334,10 +336,15 @@ async def open(
     faults: Faults | None = None,
     max_payload_bytes: int = 1_000_000,
     restore: bool | Collection[str] = True,
+    records: bool = True,
+    tracer_provider: Any = None,
 ) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
     owes work (`restore=False`: none, for inspection; a collection of ids: only those). Raises
-    `stead.StoreLocked` at once if another process owns the store."""
+    `stead.StoreLocked` at once if another process owns the store.
+
+    `records=True` (the default) installs a `RunRecorder` (run records, `system.runs()`) unless `hooks`
+    already holds one; `tracer_provider=` installs `TracingHooks` (OpenTelemetry GenAI spans)."""
     tool_map: dict[str, Tool] = {}
     for t in tools:
         t_obj = t if isinstance(t, Tool) else tool(t)
@@ -345,6 +352,13 @@ async def open(
             raise ConfigurationError(f"two tools are named {t_obj.name!r}")
         tool_map[t_obj.name] = t_obj
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
+    if records and not any(isinstance(h, RunRecorder) for h in hook_list):
+        hook_list.insert(0, RunRecorder())
+    if tracer_provider is not None:
+        from stead.observability.tracing import TracingHooks
+
+        if not any(isinstance(h, TracingHooks) for h in hook_list):
+            hook_list.append(TracingHooks(tracer_provider))
     migrations: dict[str, list[str]] = {}
     for h in hook_list:
         for module, scripts in type(h).migrations.items():
@@ -352,6 +366,7 @@ async def open(
                 raise ConfigurationError(f"two hooks declare different migrations for module {module!r}")
             migrations[module] = list(scripts)
     store = await open_store(url, faults=faults, migrations=migrations)
+    router = ModelRouter(providers or {})
     env = Env(
         store=store,
         providers=dict(providers or {}),
@@ -360,7 +375,9 @@ async def open(
         retry=retry or RetryPolicy(),
         max_payload_bytes=max_payload_bytes,
     )
-    system = AgentSystem(store, env)
+    env.resolve_provider = router.provider_for
+    env.compatible = router.compatible
+    system = AgentSystem(store, env, router)
     try:
         if restore is True:
             await system._restore()

@@ -25,7 +25,7 @@ class AgentConfig:
     """What an agent is, as stored in the `agents` table."""
 
     provider: str
-    model: str
+    model: str | list[str]
     instructions: str = ""
     tools: list[str] = field(default_factory=list)
     name: str | None = None

@@ -35,12 +35,36 @@ from stead.providers.base import (
     TextDelta,
     UsageEvent,
 )
-from stead.providers.catalog import Prices
+from stead.providers.catalog import Prices, model_name
 
-__all__ = ["THINKING_BUDGETS", "AnthropicProvider"]
+__all__ = ["ADAPTIVE_EFFORTS", "BUDGET_THINKING_MODELS", "THINKING_BUDGETS", "AnthropicProvider"]
 
 THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
-"""Extended-thinking token budgets for `ProviderRequest.effort`."""
+"""Extended-thinking token budgets for `ProviderRequest.effort` on models with budgeted thinking."""
+
+ADAPTIVE_EFFORTS: dict[str, str] = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+    "max": "max",
+}
+"""`ProviderRequest.effort` to `output_config.effort` on models with adaptive thinking."""
+
+BUDGET_THINKING_MODELS: tuple[str, ...] = (
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2025",
+    "claude-opus-4-0",
+    "claude-opus-4-2025",
+    "claude-opus-4-1",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+    "claude-opus-4-5",
+)
+"""Model name prefixes that take `thinking: {type: enabled, budget_tokens}`; newer models get
+`thinking: {type: adaptive}` with `output_config.effort`."""
 
 _STOP: dict[str, DoneReason] = {
     "end_turn": "stop",
@@ -60,9 +84,12 @@ class AnthropicProvider:
     - `max_tokens`: the answer's token limit (with thinking, the thinking budget is added to it).
     - `cache`: mark prompt-cache breakpoints on the system prompt (or last tool) and the newest block.
     - `model`, `prices`, `client`, `timeout`: as for `OpenAIProvider`.
-    - `ProviderRequest.effort` (`minimal`, `low`, `medium`, `high`, or a number of tokens) turns on
-      extended thinking with that budget (`none`/`off` leave it off); `ProviderRequest.options` are merged
-      into the request body (e.g. `{"temperature": 0.2}` or your own `"thinking"` setting).
+    - `ProviderRequest.effort` turns on extended thinking: on current models adaptive thinking with
+      `output_config.effort` (`low`, `medium`, `high`, `xhigh`, `max`; `minimal` counts as `low`), on
+      older ones (`BUDGET_THINKING_MODELS`) a token budget (`THINKING_BUDGETS`; the budget is added to
+      `max_tokens`); a number is always a budget; `none`/`off` leave thinking off.
+    - `ProviderRequest.options` are merged into the request body last (e.g. `{"temperature": 0.2}`, or
+      your own `"thinking"` setting).
     """
 
     def __init__(
@@ -119,13 +146,16 @@ class AnthropicProvider:
     def _error(self, exc: BaseException) -> ProviderError | None:
         return _errors.from_exception(self.name, exc, anthropic, key_env=self._key_env)
 
-    def _body(self, request: ProviderRequest) -> dict[str, Any]:
+    def _body(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The SDK arguments, and the fields sent through `extra_body` (newer API fields and options)."""
+        model = self.model or model_name(request.model)
         max_tokens = self.max_tokens
         body: dict[str, Any] = {
-            "model": self.model or request.model,
+            "model": model,
             "messages": to_anthropic_messages(request.messages, cache=self.cache),
             "stream": True,
         }
+        extra: dict[str, Any] = {}
         if request.instructions:
             if self.cache:
                 body["system"] = [
@@ -135,17 +165,20 @@ class AnthropicProvider:
                 body["system"] = request.instructions
         if request.tools:
             body["tools"] = to_anthropic_tools(request.tools, cache=self.cache and not request.instructions)
-        budget = _thinking_budget(request.effort)
-        if budget is not None:
-            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            max_tokens += budget
+        thinking = _thinking(request.effort, model)
+        if isinstance(thinking, int):
+            extra["thinking"] = {"type": "enabled", "budget_tokens": thinking}
+            max_tokens += thinking
+        elif thinking is not None:
+            extra["thinking"] = {"type": "adaptive"}
+            extra["output_config"] = {"effort": thinking}
         body["max_tokens"] = max_tokens
-        return body
+        extra.update(request.options)
+        return body, extra
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         client = self._get_client()
-        body = self._body(request)
-        extra = dict(request.options)
+        body, extra = self._body(request)
         try:
             response: Any = await client.messages.create(**body, extra_body=extra or None)
         except Exception as exc:
@@ -176,17 +209,21 @@ class AnthropicProvider:
             yield event
 
 
-def _thinking_budget(effort: str | None) -> int | None:
+def _thinking(effort: str | None, model: str) -> int | str | None:
+    """Extended thinking for an effort: a token budget (older models, or a number given), an adaptive
+    effort level (current models), or None (off)."""
     if effort is None or effort in ("none", "off", ""):
         return None
-    if effort in THINKING_BUDGETS:
-        return THINKING_BUDGETS[effort]
     if effort.isdigit():
         return int(effort)
-    raise ConfigurationError(
-        f"unknown effort {effort!r} for Anthropic: use one of {', '.join(THINKING_BUDGETS)}, "
-        "none, or a number of thinking tokens"
-    )
+    if effort not in THINKING_BUDGETS and effort not in ADAPTIVE_EFFORTS:
+        raise ConfigurationError(
+            f"unknown effort {effort!r} for Anthropic: use one of "
+            f"{', '.join(dict.fromkeys([*THINKING_BUDGETS, *ADAPTIVE_EFFORTS]))}, none, or a number of tokens"
+        )
+    if model.startswith(BUDGET_THINKING_MODELS):
+        return THINKING_BUDGETS.get(effort, THINKING_BUDGETS["high"])
+    return ADAPTIVE_EFFORTS[effort]
 
 
 @dataclass

@@ -43,6 +43,7 @@ __all__ = [
     "cost",
     "load_catalog",
     "make_provider",
+    "model_name",
     "parse_model",
     "resolve",
 ]
@@ -321,6 +322,18 @@ def parse_model(spec: str, catalog: Catalog | None = None) -> Route:
         context_window=info.context_window if info is not None else None,
         power=info.power if info is not None else None,
     )
+
+
+def model_name(spec: str, catalog: Catalog | None = None) -> str:
+    """The name to send on the wire for a model string: `openai:gpt-4.1-mini` -> `gpt-4.1-mini`,
+    `ollama:llama3.2:3b@http://host/v1` -> `llama3.2:3b`; anything else is returned unchanged."""
+    prefix, colon, rest = spec.partition(":")
+    if not colon:
+        return spec
+    catalog = catalog if catalog is not None else load_catalog()
+    if prefix not in catalog.vendors and prefix not in DRIVER_KINDS:
+        return spec
+    return rest.partition("@")[0].strip() or spec
 
 
 @functools.cache

@@ -37,7 +37,7 @@ from stead.providers.base import (
     TextDelta,
     UsageEvent,
 )
-from stead.providers.catalog import Prices
+from stead.providers.catalog import Prices, model_name
 
 __all__ = ["OpenAIProvider"]
 
@@ -55,7 +55,8 @@ class OpenAIProvider:
 
     - `api_key`: defaults to `OPENAI_API_KEY` when talking to OpenAI itself (no `base_url`); a server at a
       `base_url` gets a placeholder key unless one is given (your OpenAI key is never sent elsewhere).
-    - `model`: when set, sent instead of `ProviderRequest.model` (a provider built for a route).
+    - `model`: when set, sent instead of `ProviderRequest.model` (a provider built for a route);
+      otherwise `ProviderRequest.model` is sent without a vendor prefix (`openai:gpt-4.1` -> `gpt-4.1`).
     - `prices`: when set, `Usage.cost` is filled in.
     - `client`: an `openai.AsyncOpenAI` to use as is (its retry settings are then yours).
     - `ProviderRequest.effort` becomes `reasoning_effort`; `ProviderRequest.options` are merged into the
@@ -116,9 +117,11 @@ class OpenAIProvider:
     def _error(self, exc: BaseException) -> ProviderError | None:
         return _errors.from_exception(self.name, exc, openai, key_env=self._key_env)
 
-    def _body(self, request: ProviderRequest) -> dict[str, Any]:
+    def _body(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The SDK arguments, and the fields sent through `extra_body` (newer API fields and options)."""
+        extra: dict[str, Any] = {}
         body: dict[str, Any] = {
-            "model": self.model or request.model,
+            "model": self.model or model_name(request.model),
             "messages": to_openai_messages(request.instructions, request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -126,13 +129,13 @@ class OpenAIProvider:
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
         if request.effort is not None:
-            body["reasoning_effort"] = request.effort
-        return body
+            extra["reasoning_effort"] = request.effort
+        extra.update(request.options)
+        return body, extra
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         client = self._get_client()
-        body = self._body(request)
-        extra = dict(request.options)
+        body, extra = self._body(request)
         try:
             response: Any = await client.chat.completions.create(**body, extra_body=extra or None)
         except Exception as exc:
