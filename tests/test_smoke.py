@@ -18,7 +18,9 @@ async def add(a: int, b: int) -> int:
 
 async def test_tool_loop_conversation_end_to_end(db_url: str) -> None:
     executed.clear()
-    async with await stead.open(db_url, providers={"scripted": ScriptedProvider(tool_loop())}, tools=[add]) as system:
+    async with await stead.open(
+        db_url, providers={"scripted": ScriptedProvider(tool_loop())}, tools=[add]
+    ) as system:
         agent = await system.create(provider="scripted", model="any", instructions="be brief", tools=["add"])
         commits_before = system.store.commits  # type: ignore[attr-defined]
         acc = await agent.send("hello")
