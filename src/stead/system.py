@@ -212,28 +212,21 @@ class AgentSystem:
             rt.end_accept()
 
     async def _flush(self) -> None:
-        """Commit every acceptance submitted so far in one transaction, each in its own savepoint."""
+        """Commit every acceptance submitted so far in one transaction (group commit).
+
+        Optimistically the whole group commits without savepoints; if one acceptance fails (a refusing
+        activation hook, a store error), the group is rolled back and retried with each sender in its own
+        savepoint, so a failure refuses only its own sender."""
         await asyncio.sleep(0)  # one scheduling round: concurrent senders join this commit
         batch, self._pending_accepts = self._pending_accepts, []
         self._flush_task = None
-        if self._pending_accepts and self._flush_task is None:  # pragma: no cover - defensive
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
-        outcomes: list[list[bool] | BaseException] = []
         try:
-            async with self.store.transaction() as tx:
-                for rt, items, _ in batch:
-                    try:
-                        if len(batch) == 1:
-                            outcomes.append([await rt.accept(tx, item) for item in items])
-                        else:
-                            async with tx.savepoint():
-                                created = [await rt.accept(tx, item) for item in items]
-                            # only once the savepoint is released (a failing RELEASE refuses this sender)
-                            outcomes.append(created)
-                    except Exception as e:
-                        if len(batch) == 1:
-                            raise
-                        outcomes.append(e)
+            try:
+                outcomes = await self._commit_group(batch, isolate=False)
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                outcomes = await self._commit_group(batch, isolate=True)
         except BaseException as e:
             for _, _, fut in batch:
                 if not fut.done():
@@ -248,6 +241,24 @@ class AgentSystem:
                 fut.set_exception(outcome)
             else:
                 fut.set_result(outcome)
+
+    async def _commit_group(
+        self, batch: list[tuple[AgentRuntime, list[Inbound], asyncio.Future[list[bool]]]], *, isolate: bool
+    ) -> list[list[bool] | BaseException]:
+        outcomes: list[list[bool] | BaseException] = []
+        async with self.store.transaction() as tx:
+            for rt, items, _ in batch:
+                if not isolate:
+                    outcomes.append([await rt.accept(tx, item) for item in items])
+                    continue
+                try:
+                    async with tx.savepoint():
+                        created = [await rt.accept(tx, item) for item in items]
+                    # only once the savepoint is released (a failing RELEASE refuses this sender)
+                    outcomes.append(created)
+                except Exception as e:
+                    outcomes.append(e)
+        return outcomes
 
     # ------------------------------------------------------------------ restore / close
     async def _restore(self, only: Collection[str] | None = None) -> None:

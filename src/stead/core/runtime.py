@@ -209,9 +209,8 @@ class AgentRuntime:
         if not await tx.write_if_absent(self.id, R.msg_key(item.id), item.delivery):
             return False
         prefix = R.STEER if item.delivery == "steer" else R.SEND
-        key = await self._next_queue_key(tx, prefix)
-        queued = Queued(key, item.id, item.role, item.content, item.metadata, item.settings)
-        await tx.write(self.id, key, queued.encode())
+        value = Queued("", item.id, item.role, item.content, item.metadata, item.settings).encode()
+        await self._enqueue(tx, prefix, value)
         activated: Pending | None = None
         if await tx.get(self.id, R.PENDING) is None:
             activated = Pending("inference", new_id(), activated_at=time.time())
@@ -241,8 +240,9 @@ class AgentRuntime:
         self._accepting -= 1
         self._set_idle()
 
-    async def _next_queue_key(self, tx: Tx, prefix: str) -> str:
-        """Queue keys sort by (time slot, sequence); order survives restarts and a clock moving back."""
+    async def _enqueue(self, tx: Tx, prefix: str, value: str) -> str:
+        """Write `value` under the next queue key and return the key. Keys sort by (time slot, sequence);
+        order survives restarts and a clock moving back."""
         last = self._qseq.get(prefix)
         if last is None:
             raw = await tx.last_key(self.id, prefix)
@@ -254,7 +254,7 @@ class AgentRuntime:
         now = int(time.time() * 1000)
         nxt = (now, 0) if now > last[0] else (last[0], last[1] + 1)
         key = R.queue_key(prefix, *nxt)
-        while not await tx.write_if_absent(self.id, key, ""):  # claim; collisions bump the sequence
+        while not await tx.write_if_absent(self.id, key, value):  # claim; collisions bump the sequence
             nxt = (nxt[0], nxt[1] + 1)
             key = R.queue_key(prefix, *nxt)
         self._qseq[prefix] = nxt
@@ -282,10 +282,16 @@ class AgentRuntime:
         inside_agent.set(self.id)
         task = asyncio.current_task()
         assert task is not None
+        # a retry delay is slept inside the try below, so that an abort during the wait is handled (X1)
+        backoff: float | None = None
         try:
             while not self._stopped:
                 try:
                     try:
+                        if backoff is not None:
+                            delay, backoff = backoff, None
+                            await asyncio.sleep(delay)
+                            continue
                         more = await self._stage()
                     except _Retry as r:
                         await asyncio.sleep(r.delay)
@@ -303,11 +309,11 @@ class AgentRuntime:
                     return
                 except StoreError as e:
                     log.warning("agent %s: store error, retrying the stage: %s", self.id, e)
-                    await asyncio.sleep(self.env.store_retry_delay)
+                    backoff = self.env.store_retry_delay
                     continue
                 except Exception:
                     log.exception("agent %s: unexpected error in the loop", self.id)
-                    await asyncio.sleep(self.env.store_retry_delay)
+                    backoff = self.env.store_retry_delay
                     continue
                 if not more:
                     break
