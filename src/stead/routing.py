@@ -29,7 +29,7 @@ class ModelRouter:
     def __init__(self, providers: Mapping[str, Provider], env: Mapping[str, str] | None = None) -> None:
         self.providers = dict(providers)
         self._env = env
-        self._built: dict[str, Provider] = {}
+        self._built: dict[Any, Provider] = {}  # by Route: routes differing only in base URL differ
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -80,13 +80,23 @@ class ModelRouter:
             route = self._route(settings.get("model"))
         except ConfigurationError:
             return None
-        key = str(route)
-        provider = self._built.get(key)
+        provider = self._built.get(route)
         if provider is None:
             from stead.providers.catalog import make_provider
 
-            provider = self._built[key] = make_provider(route, self.env)
+            provider = self._built[route] = make_provider(route, self.env)
         return provider
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of the drivers built for catalog routes."""
+        built, self._built = list(self._built.values()), {}
+        for provider in built:
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:  # closing is best effort
+                    pass
 
     def compatible(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         """K2: keep the conversation across a settings change? Same registered provider (and profile), or

@@ -18,10 +18,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
+from rich.tree import Tree
 
 import stead
+from stead.cli._models import check_model, run_providers
+from stead.cli._models import models as _models_command
 from stead.cli._render import call_summary, message_json, one_line
-from stead.definitions import load_definition, make_provider
+from stead.definitions import AgentDefinition, Registry, load_definition, load_registry
 from stead.errors import SteadError
 from stead.messages import Reasoning, Text, ToolCall, ToolResult
 
@@ -55,6 +58,14 @@ def _err() -> Console:
 
 def _out() -> Console:
     return Console(highlight=False, soft_wrap=True)
+
+
+def _wide() -> Console:
+    """stdout; wide enough for tables and trees when it is not a terminal (pipes, tests)."""
+    console = _out()
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=200)
+    return console
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -166,31 +177,116 @@ class _Printer:
             self.failures.append(ev.error)
 
 
-async def _run(definition_path: Path, message: str | None, agent_id: str | None, db: Path) -> str:
-    definition = load_definition(definition_path)
-    provider = make_provider(definition)
-    tools = definition.resolved_tools
+class _TeamProgress(stead.Hooks):
+    """Shows the tool and sub-agent calls of sub-agents (the root's own are shown by `_Printer`), indented
+    by their depth in the delegation tree, on stderr as they start and finish."""
+
+    def __init__(self, printer: _Printer) -> None:
+        self.printer = printer
+        self.root: str | None = None
+        self.system: stead.AgentSystem | None = None
+        self.names: dict[str, str] = {}
+
+    def _who(self, agent_id: str) -> tuple[str, int]:
+        rt = self.system._runtimes.get(agent_id) if self.system is not None else None
+        if rt is None:
+            return agent_id, 1
+        chain = rt.config.extra.get("stead.chain")
+        depth = len(chain) - 1 if isinstance(chain, list) and chain else 1
+        return rt.config.name or agent_id, max(depth, 1)
+
+    def on_event(self, agent_id: str, event: stead.Event) -> None:
+        if agent_id == self.root or self.root is None:
+            return
+        if not isinstance(event, stead.ToolStarted | stead.ToolFinished | stead.Settled):
+            return
+        name, depth = self._who(agent_id)
+        pad = "  " * depth
+        if isinstance(event, stead.ToolStarted):
+            call: ToolCall = event.call
+            if call.id is not None:
+                self.names[call.id] = call.name
+            self.printer._note(f"{pad}{name} → {call_summary(call)}")
+        elif isinstance(event, stead.ToolFinished):
+            result: ToolResult = event.result
+            tool_name = self.names.pop(result.call_id, "tool")
+            if result.is_error:
+                self.printer._note(f"{pad}{name} ✗ {tool_name}: {one_line(result.output)}", "red")
+            else:
+                self.printer._note(f"{pad}{name} ← {tool_name}: {one_line(result.output)}")
+        elif event.error is not None:
+            self.printer._note(f"{pad}{name} failed: {one_line(event.error)}", "red")
+
+
+def _load_source(
+    source: Path, agent_name: str | None, agent_id: str | None
+) -> tuple[Registry | None, AgentDefinition | None, str | None]:
+    """A definitions directory (a registry) or one definition file; a file that lists sub-agents brings
+    its directory along (its references are checked)."""
+    registry: Registry | None = None
+    definition: AgentDefinition | None = None
+    if source.is_dir():
+        registry = load_registry(source)
+    else:
+        definition = load_definition(source)
+        if definition.sub_agents:
+            registry = load_registry(source.parent)
+            agent_name = definition.name
+    if registry is not None and agent_id is None and agent_name is not None and agent_name not in registry:
+        known = ", ".join(sorted(registry))
+        raise stead.ConfigurationError(
+            f"no definition named {agent_name!r} in {source} (definitions: {known})"
+        )
+    return registry, definition, agent_name
+
+
+async def _run(
+    registry: Registry | None,
+    definition: AgentDefinition | None,
+    agent_name: str | None,
+    message: str | None,
+    agent_id: str | None,
+    db: Path,
+    model: str | None = None,
+) -> str:
+    """Run one message through an agent of a definitions directory or of one definition file.
+    `model` (`--model`) overrides the definition's model: new agents are created with it, existing ones
+    switch to it with this message."""
+    if model is not None:
+        check_model(model)  # one line naming what to set, before anything is written
     printer = _Printer(_err())
-    # Resume only the agent this command targets: other agents in the file belong to other definitions.
-    system = await stead.open(
-        _url(db),
-        providers={definition.provider_name: provider},
-        tools=tools,
-        restore=[agent_id] if agent_id is not None else False,
-    )
+    progress = _TeamProgress(printer)
+    if registry is not None:
+        # every agent that owes work is resumed: sub-agents of an interrupted delegation included
+        system = await stead.open(_url(db), definitions=registry, hooks=[progress])
+    else:
+        assert definition is not None
+        # Resume only the agent this command targets: other agents in the file belong to other definitions.
+        system = await stead.open(
+            _url(db),
+            providers=run_providers(definition, model),
+            tools=definition.resolved_tools,
+            restore=[agent_id] if agent_id is not None else False,
+        )
+    progress.system = system
     consumer: asyncio.Task[None] | None = None
     try:
         if agent_id is not None:
             agent = await system.get(agent_id)
+        elif registry is not None:
+            assert agent_name is not None
+            agent = await system.create(definition=agent_name)
         else:
+            assert definition is not None
             agent = await system.create(
-                provider=definition.provider_name,
-                model=definition.model_name,
+                provider=definition.provider_name if model is None else None,
+                model=definition.model_name if model is None else model,
                 instructions=definition.instructions,
-                tools=[t.name for t in tools],
+                tools=[t.name for t in definition.resolved_tools],
                 name=definition.name,
                 extra={"definition": str(definition.source)},
             )
+        progress.root = agent.id
         stream = agent.events()
 
         async def consume() -> None:
@@ -199,7 +295,8 @@ async def _run(definition_path: Path, message: str | None, agent_id: str | None,
 
         consumer = asyncio.get_running_loop().create_task(consume())
         if message is not None:
-            await agent.send(message)
+            switch = model is not None and agent.settings.get("model") != model
+            await agent.send(message, model=model if switch else None)
         elif not agent.active:
             printer._note(f"agent {agent.id} has no unfinished work")
         await agent.wait_idle()
@@ -228,27 +325,62 @@ def _note_agent(err: Console, agent_id: str) -> None:
 
 @app.command()
 def run(
-    definition: Annotated[Path, typer.Argument(help="Agent definition file (YAML).", show_default=False)],
-    message: Annotated[
-        str | None,
+    definition: Annotated[
+        Path,
         typer.Argument(
-            help="The message to send. Omit it with --agent to only finish work a stopped process left.",
+            metavar="DIR_OR_FILE",
+            help="A definitions directory (then AGENT_NAME names one of them) or one definition file (YAML).",
+            show_default=False,
+        ),
+    ],
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[AGENT_NAME] MESSAGE",
+            help="With a directory: the definition to run, then the message. With a file: the message. "
+            "Omit the message with --agent to only finish work a stopped process left.",
             show_default=False,
         ),
     ] = None,
     agent: Annotated[
         str | None, typer.Option("--agent", help="Continue this agent instead of creating a new one.")
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Use this model instead of the definition's (openai:gpt-4.1-mini, "
+            "anthropic:claude-sonnet-4-6, openai-compatible:llama3.2@http://localhost:11434/v1; "
+            "see `stead models`).",
+        ),
+    ] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Send MESSAGE to an agent built from DEFINITION and stream its answer.
+    """Send MESSAGE to an agent built from a definition and stream its answer.
 
-    The answer goes to stdout; tool calls, results and the agent id go to stderr. Work a killed process
-    left unfinished is resumed first (every agent in the database that owes work and whose provider this
-    definition provides is resumed)."""
+    `stead run examples/team orchestrator "..."` runs the `orchestrator` of a definitions directory (its
+    sub-agents' calls are shown as they happen); `stead run agent.yaml "..."` runs a single definition file.
+    The answer goes to stdout; tool calls, results and the agent id go to stderr. Work a killed process left
+    unfinished is resumed first."""
+    rest = list(args or [])
+    agent_name: str | None = None
+    if definition.is_dir():
+        if agent is None:
+            if not rest:
+                _fail("AGENT_NAME is required with a definitions directory", 2)
+            agent_name = rest.pop(0)
+        elif len(rest) == 2:
+            agent_name = rest.pop(0)
+    if len(rest) > 1:
+        _fail(f"too many arguments: {' '.join(repr(a) for a in rest)} (quote the message)", 2)
+    message = rest[0] if rest else None
     if message is None and agent is None:
         _fail("MESSAGE is required (it may be omitted only with --agent ID, to resume unfinished work)", 2)
-    agent_id = _execute(lambda: _run(definition, message, agent, db))
+    try:
+        registry, loaded, agent_name = _load_source(definition, agent_name, agent)
+    except SteadError as e:
+        _fail(str(e))
+    agent_id = _execute(lambda: _run(registry, loaded, agent_name, message, agent, db, model))
     _note_agent(_err(), agent_id)
 
 
@@ -281,6 +413,182 @@ def agents(
         created = datetime.datetime.fromtimestamp(a.created_at).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(a.id, a.name or "", "yes" if a.active else "no", created)
     _out().print(table)
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+runs_app = typer.Typer(
+    help="Recorded runs: list them, or show one as a tree (`stead runs show RUN_ID`).",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runs_app, name="runs")
+
+
+async def _list_runs(db: Path, agent_id: str | None, limit: int) -> list[stead.Run]:
+    async with await stead.open(_url(db), restore=False) as system:
+        return await system.runs(agent_id=agent_id, limit=limit)
+
+
+async def _show_run(db: Path, run_id: str) -> stead.Run:
+    async with await stead.open(_url(db), restore=False) as system:
+        return await system.run(run_id)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def _cost(value: float) -> str:
+    return f"${value:.4f}" if value else "—"
+
+
+_STATUS_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "awaiting_input": "magenta",
+}
+
+
+def _run_json(r: stead.Run) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "agent_id": r.agent_id,
+        "agent_name": r.agent_name,
+        "parent_run_id": r.parent_run_id,
+        "status": r.status,
+        "started_at": r.started_at,
+        "completed_at": r.completed_at,
+        "duration": r.duration,
+        "error": r.error,
+        "final_message": r.final_message,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost": r.cost,
+        "steps": [
+            {
+                "id": st.id,
+                "number": st.number,
+                "type": st.type,
+                "name": st.name,
+                "status": st.status,
+                "target": st.target,
+                "target_run_id": st.target_run_id,
+                "duration": st.duration,
+                "error": st.error,
+            }
+            for st in r.steps
+        ],
+        "children": [_run_json(c) for c in r.children],
+    }
+
+
+@runs_app.callback(invoke_without_command=True)
+def runs(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only the runs of this agent id.")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many runs (newest first).", min=1)] = 20,
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    found = _execute(lambda: _list_runs(db, agent, limit))
+    if as_json:
+        typer.echo(json.dumps([_run_json(r) for r in found], indent=2, ensure_ascii=False))
+        return
+    if not found:
+        _err().print(RichText(f"no runs in {db}", style="dim"))
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
+        table.add_column(col, no_wrap=True)
+    for r in found:
+        started = datetime.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        status = RichText(r.status, style=_STATUS_STYLE.get(r.status, ""))
+        table.add_row(
+            r.id,
+            r.breadcrumb or r.agent_name or r.agent_id,
+            status,
+            started,
+            _seconds(r.duration),
+            f"{r.input_tokens}/{r.output_tokens}",
+            _cost(r.cost),
+        )
+    _wide().print(table)
+
+
+def _run_label(r: stead.Run) -> RichText:
+    label = RichText()
+    label.append(r.agent_name or r.agent_id, style="bold")
+    label.append(f"  run {r.id}  ", style="dim")
+    label.append(r.status, style=_STATUS_STYLE.get(r.status, ""))
+    label.append(f"  {_seconds(r.duration)}  tokens {r.input_tokens}/{r.output_tokens}  {_cost(r.cost)}")
+    if r.restarts:
+        label.append(f"  resumed ×{r.restarts}", style="yellow")
+    if r.error:
+        label.append(f"\nerror: {one_line(r.error)}", style="red")
+    return label
+
+
+def _step_label(st: stead.Step) -> RichText:
+    label = RichText()
+    label.append(f"{st.number}. ", style="dim")
+    label.append(
+        st.type, style="magenta" if st.type == "sub_agent" else ("red" if st.type == "guardrail" else "cyan")
+    )
+    name = st.name or st.target or ""
+    label.append(f" {name}")
+    if st.target and st.type == "prompt":
+        label.append(f" ({st.target})", style="dim")
+    label.append("  ")
+    label.append(st.status, style=_STATUS_STYLE.get(st.status, ""))
+    label.append(f"  {_seconds(st.duration)}")
+    usage = st.output.get("usage") if isinstance(st.output, dict) else None
+    if isinstance(usage, dict):
+        label.append(f"  tokens {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}")
+        if usage.get("cost"):
+            label.append(f"  {_cost(float(usage['cost']))}")
+    if st.error:
+        label.append(f"  {one_line(st.error)}", style="red")
+    return label
+
+
+def _tree(r: stead.Run, tree: Tree | None = None) -> Tree:
+    node = Tree(_run_label(r)) if tree is None else tree.add(_run_label(r))
+    children = {c.id: c for c in r.children}
+    for st in r.steps:
+        step_node = node.add(_step_label(st))
+        child = children.pop(st.target_run_id, None) if st.target_run_id else None
+        if child is not None:
+            _tree(child, step_node)
+    for c in children.values():  # child runs not linked to a step
+        _tree(c, node)
+    return node
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)],
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run tree as JSON.")] = False,
+) -> None:
+    """Print a run as a tree: its steps with timings, tokens and cost, sub-agent runs indented under the
+    step that delegated to them."""
+    found = _execute(lambda: _show_run(db, run_id))
+    if as_json:
+        typer.echo(json.dumps(_run_json(found), indent=2, ensure_ascii=False))
+        return
+    _wide().print(_tree(found))
+    if found.final_message:
+        _wide().print(
+            RichText("final message: ", style="bold") + RichText(one_line(found.final_message, 300))
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- history
@@ -333,6 +641,9 @@ def history(
 
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines() or [""])
+
+
+app.command(name="models")(_models_command)
 
 
 def main() -> None:

@@ -285,6 +285,12 @@ class AgentRuntime:
         # a retry delay is slept inside the try below, so that an abort during the wait is handled (X1)
         backoff: float | None = None
         try:
+            if self._aborting and self._turn is None:
+                # restarted by abort() after a cancellation that came before the previous task's first step
+                more = await self._after_abort()
+                self._aborting = False
+                if not more:
+                    return
             while not self._stopped:
                 try:
                     try:
@@ -452,7 +458,11 @@ class AgentRuntime:
             if e.retryable and self._attempt + 1 < self.env.retry.max_attempts:
                 self._attempt += 1
                 await self._commit_partial(turn)
+                if turn.partial:
+                    self.emit(BlockReset())  # S3: the half-streamed block observers saw is dropped
                 raise _Retry(self.env.retry.delay(self._attempt, e.retry_after)) from e
+            if turn.partial:
+                self.emit(BlockReset())
             return await self._fail(turn, str(e))
         except (asyncio.CancelledError, StoreError, _Retry):
             raise
@@ -818,6 +828,13 @@ class AgentRuntime:
             loop_task.cancel()
         if loop_task is not asyncio.current_task():
             await asyncio.wait([loop_task])
+            if self._loop_task is loop_task:
+                # cancelled before its first step, so its body (and the abort handling in it) never ran:
+                # run the abort in a fresh loop task, which also keeps a concurrent wake from starting one
+                self._loop_task = asyncio.get_running_loop().create_task(
+                    self._loop(), name=f"stead-agent-{self.id}"
+                )
+                await asyncio.wait([self._loop_task])
 
     async def _after_abort(self) -> bool:
         turn = self._turn
