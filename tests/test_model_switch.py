@@ -493,3 +493,38 @@ def test_run_with_model_missing_key_is_one_line(monkeypatch: pytest.MonkeyPatch,
     assert code == 1 and "unknown model 'gpt-nope'" in err2 and err2.strip().count("\n") == 0
     code, out, _ = invoke("agents", "--db", str(db), "--json")
     assert json.loads(out or "[]") == []
+
+
+async def test_K2_reset_opens_the_new_conversation_with_the_hook_handoff(tmp_path: Any) -> None:
+    """An incompatible switch resets history; a `model_changed` hook's handoff opens the new context, in the
+    live request and in the stored history alike (R4)."""
+    seen: list[list[stead.Message]] = []
+
+    def answer(name: str) -> Any:
+        def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+            seen.append(list(request.messages))
+            return [stead.Text(f"{name} answers")]
+
+        return respond
+
+    class Handoff(stead.Hooks):
+        async def model_changed(
+            self, ctx: stead.HookContext, old: dict[str, Any], new: dict[str, Any]
+        ) -> str:
+            return f"Handoff from {old['provider']} to {new['provider']}: the user asked about the weather."
+
+    url = f"sqlite:///{tmp_path}/handoff.db"
+    providers = {"a": ScriptedProvider(answer("a")), "b": ScriptedProvider(answer("b"))}
+    async with await stead.open(url, providers=providers, hooks=[Handoff()]) as system:
+        agent = await system.create(provider="a", model="m")
+        await agent.send("weather?")
+        await agent.wait_idle(timeout=10)
+        await agent.send("and tomorrow?", provider="b")
+        await agent.wait_idle(timeout=10)
+        history = await agent.history()
+    assert [(m.role, m.text) for m in history] == [
+        ("system", "Handoff from a to b: the user asked about the weather."),
+        ("user", "and tomorrow?"),
+        ("assistant", "b answers"),
+    ]
+    assert [(m.role, m.text) for m in seen[-1]] == [(m.role, m.text) for m in history[:2]]

@@ -96,6 +96,11 @@ class Hooks:
         """The active period ends: the pending record is being deleted."""
 
     # -- decisions ---------------------------------------------------------------------------------
+    async def model_changed(self, ctx: HookContext, old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        """An incompatible settings change is about to reset the conversation (K2). Return a handoff text
+        to open the new conversation with (a system message), or None. The first non-None answer wins."""
+        return None
+
     async def before_inference(self, ctx: HookContext) -> str | None:
         """Return a reason to end the run as failed instead of calling the model (guardrails), or None.
         The reason is recorded like a failed turn and the run settles; queued messages stay queued."""
@@ -154,6 +159,13 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self.hooks:
             await h.settled_tx(ctx, error)
+
+    async def model_changed(self, ctx: HookContext, old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        for h in self.hooks:
+            handoff = await h.model_changed(ctx, old, new)
+            if handoff is not None:
+                return handoff
+        return None
 
     async def before_inference(self, ctx: HookContext) -> str | None:
         for h in self.hooks:

@@ -42,6 +42,7 @@ from stead.messages import (
     Block,
     Message,
     Role,
+    Text,
     ToolCall,
     ToolResult,
     Usage,
@@ -99,6 +100,7 @@ class _Turn:
     usage: Usage | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     reset: bool = False
+    handoff: str | None = None
     started_at: float = 0.0
     first_token_at: float | None = None
 
@@ -447,6 +449,10 @@ class AgentRuntime:
         if self.env.hooks:
             ctx = self.hook_ctx(None, pending, inference_id=inf_id)
             ctx.settings = dict(settings)
+            if reset:
+                # K2: the hook may open the reset conversation with a handoff message (a decision, made
+                # before the request so the live and the reloaded context are the same, R4)
+                turn.handoff = await self.env.hooks.model_changed(ctx, dict(self.settings), dict(settings))
             refusal = await self.env.hooks.before_inference(ctx)
             if refusal is not None:
                 return await self._fail(turn, refusal, end_run=True)
@@ -514,7 +520,9 @@ class AgentRuntime:
             Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata)
             for q in turn.take
         ]
-        history = [] if turn.reset else self.messages()
+        history = self.messages() if not turn.reset else []
+        if turn.reset and turn.handoff is not None:
+            history = [Message("system", [Text(turn.handoff)])]
         specs = []
         for name in self.config.tools:
             t = self.env.tools.get(name)
@@ -585,6 +593,8 @@ class AgentRuntime:
         if turn.reset:
             await tx.clear(self.id)
             await tx.delete_prefix(self.id, "kv.h.")
+            if turn.handoff is not None:
+                recs.insert(0, {"k": "s", "x": turn.handoff})  # K2: the handoff opens the new conversation
         if recs:
             await tx.append(self.id, [dumps(r) for r in recs])
         if turn.settings is not self.settings:
