@@ -28,7 +28,9 @@ from stead.providers.scripted import ScriptedProvider
 SYNC_MODES = {"normal": "NORMAL", "full": "FULL"}
 
 
-async def _workload(path: Path, n: int, k: int, sync: str) -> tuple[float, float, int, int]:
+async def _workload(
+    path: Path, n: int, k: int, sync: str, records: bool = True
+) -> tuple[float, float, int, int]:
     inside = [0.0]
     perf = time.perf_counter
 
@@ -57,7 +59,9 @@ async def _workload(path: Path, n: int, k: int, sync: str) -> tuple[float, float
         return out
 
     url = f"sqlite:///{path}?synchronous={sync}"
-    system = await stead.open(url, providers={"scripted": ScriptedProvider(respond)}, tools=[add])
+    system = await stead.open(
+        url, providers={"scripted": ScriptedProvider(respond)}, tools=[add], records=records
+    )
     agents = [await system.create(provider="scripted", model="scripted", tools=["add"]) for _ in range(n)]
     commits0 = system.store.commits  # type: ignore[attr-defined]
     t0 = perf()
@@ -80,17 +84,23 @@ def _size(path: Path) -> int:
 
 
 def run_stead(
-    n: int = 200, k: int = 5, sync: str = "normal", warmup: int = 5, directory: Path | None = None
+    n: int = 200,
+    k: int = 5,
+    sync: str = "normal",
+    warmup: int = 5,
+    directory: Path | None = None,
+    records: bool = True,
 ) -> dict[str, Any]:
     """Run the workload and return the results (same keys as the floor's)."""
     with tempfile.TemporaryDirectory(prefix="stead-bench-", dir=directory) as tmp:
         if warmup:
-            asyncio.run(_workload(Path(tmp) / "warmup.db", warmup, k, sync))
-        wall, inside, commits, size = asyncio.run(_workload(Path(tmp) / "stead.db", n, k, sync))
+            asyncio.run(_workload(Path(tmp) / "warmup.db", warmup, k, sync, records))
+        wall, inside, commits, size = asyncio.run(_workload(Path(tmp) / "stead.db", n, k, sync, records))
     responses = n * (k + 1)
     return {
         "framework": "stead",
-        "variant": f"stead {stead.__version__} SQLite synchronous={SYNC_MODES[sync]}",
+        "variant": f"stead {stead.__version__} SQLite synchronous={SYNC_MODES[sync]}"
+        + ("" if records else " records=off"),
         "n": n,
         "k": k,
         "responses": responses,
@@ -102,6 +112,7 @@ def run_stead(
         "synchronous": SYNC_MODES[sync],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "persistence": True,
+        "records": records,
         "python": sys.version.split()[0],
         "sqlite": sqlite3.sqlite_version,
     }
@@ -114,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", choices=sorted(SYNC_MODES), default="normal")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up conversations, not measured")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the database files")
+    parser.add_argument(
+        "--no-records", action="store_true", help="open without run records (stead.open(records=False))"
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(run_stead(args.n, args.k, args.sync, args.warmup, args.dir)))
+    print(json.dumps(run_stead(args.n, args.k, args.sync, args.warmup, args.dir, not args.no_records)))
     return 0
 
 

@@ -48,6 +48,7 @@ EXPORTS = [
     "RetryPolicy",
     "Run",
     "RunNotFound",
+    "RuntimeChange",
     "SchemaTooNew",
     "Settled",
     "SteadError",

@@ -40,6 +40,8 @@ from stead.errors import (
     StoreLocked,
 )
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, Usage
+from stead.observability import Run, Step
+from stead.orchestration import RuntimeChange
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -89,10 +91,13 @@ __all__ = [
     "ReasoningDelta",
     "ResponseInfo",
     "RetryPolicy",
+    "Run",
     "RunNotFound",
+    "RuntimeChange",
     "SchemaTooNew",
     "Settled",
     "SteadError",
+    "Step",
     "StoreCrashed",
     "StoreError",
     "StoreLocked",

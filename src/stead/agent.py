@@ -18,6 +18,7 @@ from stead.errors import Closed, InvalidId, InvalidInput
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, encode_block
 
 if TYPE_CHECKING:
+    from stead.orchestration import RuntimeChange
     from stead.system import AgentSystem
 
 __all__ = ["Acceptance", "Agent", "Input"]
@@ -84,9 +85,16 @@ class Agent:
         effort: str | None = None,
         permission_mode: str | None = None,
         profile: str | None = None,
+        changes: Sequence[RuntimeChange] | None = None,
     ) -> Acceptance:
-        """Queue a message for when the agent would otherwise stop. Returns after the durable write (A2)."""
+        """Queue a message for when the agent would otherwise stop. Returns after the durable write (A2).
+
+        `changes` (`stead.RuntimeChange`s) add or remove tools and sub-agents for the run this message
+        starts, scoped to the root, every agent of the delegation tree, the sub-agents, or named agents;
+        they travel in the message metadata (`stead.changes`) and are as durable as the message."""
         settings = _settings(provider, model, effort, permission_mode, profile)
+        if changes:
+            metadata = {**(metadata or {}), "stead.changes": self._system.orchestrator.check_changes(changes)}
         (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings)])
         return acc
 

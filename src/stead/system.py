@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from stead._ids import is_valid_id, new_id
 from stead.agent import Agent
@@ -38,6 +39,10 @@ from stead.routing import ModelRouter
 from stead.store import Faults, Store, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
+
+if TYPE_CHECKING:
+    from stead.definitions import Registry
+    from stead.orchestration import OrchestrationHooks, Orchestrator
 
 __all__ = ["AgentInfo", "AgentSystem", "open"]
 
@@ -68,6 +73,7 @@ class AgentSystem:
         self._flush_task: asyncio.Task[None] | None = None
         self._inflight = 0
         self.restored: list[str] = []
+        self._orchestrator: Orchestrator | None = None
 
     async def __aenter__(self) -> AgentSystem:
         return self
@@ -85,6 +91,16 @@ class AgentSystem:
     @property
     def providers(self) -> dict[str, Provider]:
         return self._env.providers
+
+    @property
+    def orchestrator(self) -> Orchestrator:
+        """Definitions, delegation and guardrails (`stead.open(definitions=...)`)."""
+        if self._orchestrator is None:
+            from stead.orchestration import Orchestrator as _Orchestrator
+
+            self._orchestrator = _Orchestrator(None)
+            self._orchestrator.bind(self)
+        return self._orchestrator
 
     def _check_open(self) -> None:
         if self._closing:
@@ -108,9 +124,31 @@ class AgentSystem:
         permission_mode: str = "auto",
         max_tool_concurrency: int = 8,
         extra: dict[str, Any] | None = None,
+        definition: str | None = None,
+        data: dict[str, Any] | None = None,
     ) -> Agent:
-        """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten."""
+        """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten.
+
+        `definition="name"` builds it from a definition of the registry given to `stead.open(definitions=)`:
+        its model, its instructions rendered with `data`, its tools, its sub-agents (as tools) and limits."""
         self._check_open()
+        if definition is not None:
+            if provider is not None or model is not None or instructions or tools or extra:
+                raise ConfigurationError(
+                    "create(definition=...) takes its provider, model, instructions, tools and extra from "
+                    "the definition; do not pass them too"
+                )
+            kwargs = self.orchestrator.config_for(definition, data=data)
+            return await self.create(
+                agent_id=agent_id,
+                steering_mode=steering_mode,
+                send_mode=send_mode,
+                permission_mode=permission_mode,
+                max_tool_concurrency=max_tool_concurrency,
+                **kwargs,
+            )
+        if data is not None:
+            raise ConfigurationError("create(data=...) needs definition=...")
         if agent_id is not None and not is_valid_id(agent_id):
             raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
         provider = self.router.provider_name(provider, model)
@@ -315,6 +353,7 @@ class AgentSystem:
             for rt in self._runtimes.values():
                 rt.closed = True
                 rt.close_streams()
+            await self.router.aclose()  # the HTTP clients of drivers built for catalog routes
             await self.store.close()
         finally:
             self._closed.set()
@@ -349,13 +388,50 @@ async def open(
     restore: bool | Collection[str] = True,
     records: bool = True,
     tracer_provider: Any = None,
+    definitions: str | os.PathLike[str] | Registry | None = None,
+    max_concurrent_delegations: int = 5,
+    max_delegation_depth: int = 4,
+    clock: Callable[[], float] | None = None,
 ) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
     owes work (`restore=False`: none, for inspection; a collection of ids: only those). Raises
     `stead.StoreLocked` at once if another process owns the store.
 
     `records=True` (the default) installs a `RunRecorder` (run records, `system.runs()`) unless `hooks`
-    already holds one; `tracer_provider=` installs `TracingHooks` (OpenTelemetry GenAI spans)."""
+    already holds one; `tracer_provider=` installs `TracingHooks` (OpenTelemetry GenAI spans).
+
+    `definitions=` (a directory of agent definitions, or a `stead.definitions.Registry`) enables
+    `system.create(definition=...)`: the definitions' tools and scripted models are registered, each
+    definition becomes a delegation tool for the agents that list it as a sub-agent (at most
+    `max_concurrent_delegations` running per parent, `max_delegation_depth` levels deep), and runtime changes
+    and guardrails are installed (`clock` measures wall time for `limits.max_wall_seconds`)."""
+    orchestrator: Orchestrator | None = None
+    orchestration_hooks: OrchestrationHooks | None = None
+    if definitions is not None:
+        from stead.definitions import Registry, load_registry
+        from stead.orchestration import OrchestrationHooks as _Hooks
+        from stead.orchestration import Orchestrator as _Orchestrator
+
+        registry = definitions if isinstance(definitions, Registry) else load_registry(definitions)
+        orchestrator = _Orchestrator(
+            registry,
+            max_concurrent_delegations=max_concurrent_delegations,
+            max_delegation_depth=max_delegation_depth,
+            clock=clock,
+        )
+        providers = {**orchestrator.providers(), **(providers or {})}
+        user_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
+        by_name = {t.name: t for t in user_tools}
+        for d_tool in orchestrator.tools():
+            mine = by_name.get(d_tool.name)
+            if mine is not None and mine.fn is not d_tool.fn and orchestrator.is_sub_agent(d_tool.name):
+                raise ConfigurationError(
+                    f"tool {d_tool.name!r} has the name of a definition (a sub-agent tool)"
+                )
+        tools = [*user_tools, *(t for t in orchestrator.tools() if t.name not in by_name)]
+        orchestration_hooks = _Hooks(
+            orchestrator.clock, lambda: any(isinstance(h, RunRecorder) for h in env.hooks.hooks)
+        )
     tool_map: dict[str, Tool] = {}
     for t in tools:
         t_obj = t if isinstance(t, Tool) else tool(t)
@@ -364,7 +440,9 @@ async def open(
         tool_map[t_obj.name] = t_obj
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     if records and not any(isinstance(h, RunRecorder) for h in hook_list):
-        hook_list.insert(0, RunRecorder())
+        hook_list.insert(0, RunRecorder(orchestrator.is_sub_agent if orchestrator is not None else None))
+    if orchestration_hooks is not None:
+        hook_list.append(orchestration_hooks)
     if tracer_provider is not None:
         from stead.observability.tracing import TracingHooks
 
@@ -389,6 +467,11 @@ async def open(
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
     system = AgentSystem(store, env, router)
+    if orchestrator is not None:
+        orchestrator.bind(system)
+        system._orchestrator = orchestrator
+    if orchestration_hooks is not None:
+        orchestration_hooks.bind(system)
     try:
         if restore is True:
             await system._restore()

@@ -380,6 +380,8 @@ def run(
         registry, loaded, agent_name = _load_source(definition, agent_name, agent)
     except SteadError as e:
         _fail(str(e))
+    if registry is not None and model is not None:
+        _fail("--model works with a single definition file; a team takes its models from its definitions", 2)
     agent_id = _execute(lambda: _run(registry, loaded, agent_name, message, agent, db, model))
     _note_agent(_err(), agent_id)
 

@@ -412,6 +412,7 @@ class AgentRuntime:
 
     def _mark_settled_mirror(self) -> None:
         self.pending = None
+        self._restored = False
 
     def messages(self) -> list[Message]:
         """The conversation as the provider sees it (built from the history mirror)."""
@@ -816,6 +817,7 @@ class AgentRuntime:
 
         def published() -> None:
             self.pending = reopened
+            self._restored = False  # X3: a restored period that ended unannounced (aborted) is over
             self.emit(Settled(pending.run_id, error))
             if ctx is not None:
                 ctx.tx = None

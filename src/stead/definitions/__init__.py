@@ -1,19 +1,27 @@
-"""Agent definitions: the YAML schema (`AgentDefinition`) and its loader with `file:line:` errors.
+"""Agent definitions: the YAML schema (`AgentDefinition`), its loader with `file:line:` errors, registries
+of definitions that reference each other, and the instructions template.
 
-from stead.definitions import load_definition
+from stead.definitions import load_definition, load_registry
 definition = load_definition("examples/calculator/agent.yaml")
+team = load_registry("examples/team")
 """
 
-from stead.definitions._loader import import_tool, load_definition, make_provider
-from stead.definitions._schema import KNOWN_PROVIDERS, AgentDefinition, parse_model
+from stead.definitions._loader import import_tool, load_definition, load_registry, make_provider
+from stead.definitions._registry import Registry
+from stead.definitions._schema import KNOWN_PROVIDERS, AgentDefinition, Limits, parse_model
+from stead.definitions._template import render_instructions
 from stead.errors import DefinitionError
 
 __all__ = [
     "KNOWN_PROVIDERS",
     "AgentDefinition",
     "DefinitionError",
+    "Limits",
+    "Registry",
     "import_tool",
     "load_definition",
+    "load_registry",
     "make_provider",
     "parse_model",
+    "render_instructions",
 ]

@@ -8,40 +8,112 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from stead._yaml import YamlDocument, load_yaml_model
-from stead.definitions._schema import AgentDefinition
+from stead._yaml import YamlDocument, load_yaml_model, read_yaml
+from stead.definitions._registry import Registry
+from stead.definitions._schema import AgentDefinition, parse_model
+from stead.definitions._template import compile_instructions
 from stead.errors import ConfigurationError, DefinitionError
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 
-__all__ = ["import_tool", "load_definition", "make_provider"]
+__all__ = ["import_tool", "load_definition", "load_registry", "make_provider"]
 
 
 def load_definition(path: str | Path) -> AgentDefinition:
-    """Load and check an agent definition file: schema, tool imports and (for scripted models) the script."""
-    p = Path(path)
-    definition, doc = load_yaml_model(p, AgentDefinition, what="agent definition")
-    definition._source = p.resolve()
-    definition._tools = _resolve_tools(definition, doc)
-    if definition.provider_name == "scripted":
-        definition._provider = _load_scripted(definition, doc)
+    """Load and check an agent definition file: schema, instructions template, tool imports and (for
+    scripted models) the script. References to sub-agents are checked by `load_registry`."""
+    definition, _ = _load(Path(path))
     return definition
 
 
-def _load_scripted(definition: AgentDefinition, doc: YamlDocument) -> Provider:
+def _load(p: Path) -> tuple[AgentDefinition, YamlDocument]:
+    definition, doc = load_yaml_model(p, AgentDefinition, what="agent definition")
+    definition._source = p.resolve()
+    compile_instructions(definition, doc)
+    definition._tools = _resolve_tools(definition, doc)
+    for i, candidate in enumerate(definition.candidates):
+        provider, model = parse_model(candidate)
+        if provider == "scripted":
+            loc: list[int | str] = ["model"] if isinstance(definition.model, str) else ["model", i]
+            loaded = _load_scripted(definition, doc, model, loc)
+            definition._providers[candidate] = loaded
+            if i == 0:
+                definition._provider = loaded
+    return definition, doc
+
+
+def _load_scripted(
+    definition: AgentDefinition, doc: YamlDocument, model: str, loc: list[int | str]
+) -> Provider:
     from stead.providers.scripted_file import load_scripted_model  # scripted_file imports this package
 
-    file = definition.base_dir / definition.model_name
+    file = definition.base_dir / model
     if not file.is_file():
-        raise doc.error(
-            f"model: scripted model file {definition.model_name!r} not found (looked for {file})", ["model"]
-        )
+        raise doc.error(f"model: scripted model file {model!r} not found (looked for {file})", loc)
     return load_scripted_model(_display(file))
+
+
+def load_registry(directory: str | os.PathLike[str]) -> Registry:
+    """Load every agent definition in `directory` (`*.yaml` / `*.yml` at its top level; scripted model
+    files — `scripted: true` — are skipped) and check the references between them: unknown sub-agents,
+    delegation cycles, duplicate names and sub-agents that clash with a tool name. Every problem is a
+    `DefinitionError` naming `file:line:` and the field."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise DefinitionError("definitions directory not found", path=str(d))
+    docs: dict[str, tuple[AgentDefinition, YamlDocument]] = {}
+    files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+    for f in files:
+        head = read_yaml(f, what="agent definition")
+        if isinstance(head.data, dict) and head.data.get("scripted") is True:
+            continue  # a scripted model file living next to the definitions
+        definition, doc = _load(f)
+        if definition.name in docs:
+            other = docs[definition.name][0].source
+            raise doc.error(f"name: another definition is named {definition.name!r} ({other})", ["name"])
+        docs[definition.name] = (definition, doc)
+    if not docs:
+        raise DefinitionError("no agent definitions (*.yaml) in this directory", path=str(d))
+    for name, (definition, doc) in docs.items():
+        tool_names = {t.name for t in definition.resolved_tools}
+        for i, sub in enumerate(definition.sub_agents):
+            loc: list[int | str] = ["sub_agents", i]
+            if sub not in docs:
+                known = ", ".join(sorted(docs)) or "none"
+                raise doc.error(f"sub_agents[{i}]: unknown sub-agent {sub!r}; definitions: {known}", loc)
+            if sub == name:
+                raise doc.error(f"sub_agents[{i}]: {name!r} cannot delegate to itself", loc)
+            if sub in tool_names:
+                raise doc.error(f"sub_agents[{i}]: {sub!r} is also the name of one of its tools", loc)
+    _check_cycles(docs)
+    return Registry(d, {name: definition for name, (definition, _) in docs.items()})
+
+
+def _check_cycles(docs: dict[str, tuple[AgentDefinition, YamlDocument]]) -> None:
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        definition, doc = docs[name]
+        for i, sub in enumerate(definition.sub_agents):
+            if state.get(sub) == 1:
+                cycle = (
+                    " → ".join([*path[path.index(sub) :], name, sub]) if sub in path else f"{name} → {sub}"
+                )
+                raise doc.error(f"sub_agents[{i}]: delegation cycle {cycle}", ["sub_agents", i])
+            if state.get(sub) is None:
+                visit(sub, [*path, name])
+        state[name] = 2
+
+    for name in sorted(docs):
+        if state.get(name) is None:
+            visit(name, [])
 
 
 def _display(file: Path) -> Path:

@@ -1,7 +1,7 @@
 """The agent definition schema (DESIGN §7): what an agent *is*, as written in a YAML file.
 
-Only the `loop` type and the fields below exist so far; later issues add sub-agents, memory, limits and
-payloads. Unknown keys are refused, so a typo never silently does nothing.
+`loop` is the implemented type (`flow` and `realtime` are reserved). Unknown keys are refused, so a typo
+never silently does nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["KNOWN_PROVIDERS", "AgentDefinition", "parse_model"]
+__all__ = ["KNOWN_PROVIDERS", "AgentDefinition", "Limits", "parse_model"]
 
 KNOWN_PROVIDERS = ("scripted", "openai", "anthropic")
 """Model prefixes a definition may use: `scripted:FILE.yaml`, `openai:MODEL`, `anthropic:MODEL`."""
@@ -32,26 +32,76 @@ def parse_model(model: str) -> tuple[str, str]:
     return provider, name
 
 
+class Limits(BaseModel):
+    """Per-run limits (guardrails). Exceeding one ends the run `failed` with the limit recorded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int | None = Field(default=None, ge=1)
+    """Model requests (inferences) per run."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Input + output tokens per run."""
+    max_cost: float | None = Field(default=None, gt=0)
+    """USD per run (needs a provider that reports cost)."""
+    max_wall_seconds: float | None = Field(default=None, gt=0)
+    """Seconds since the run started (its activation)."""
+    max_calls: dict[str, int] = Field(default_factory=dict)
+    """Tool (or sub-agent) name → the most calls of it per run; further calls get an error result."""
+
+    @pydantic.field_validator("max_calls")
+    @classmethod
+    def _positive(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, n in value.items():
+            if n < 0:
+                raise ValueError(f"max_calls[{name!r}] must be 0 or more, not {n}")
+        return value
+
+    @property
+    def empty(self) -> bool:
+        return (
+            self.max_iterations is None
+            and self.max_tokens is None
+            and self.max_cost is None
+            and self.max_wall_seconds is None
+            and not self.max_calls
+        )
+
+
 class AgentDefinition(BaseModel):
-    """An agent definition. Build it with `stead.definitions.load_definition(path)`."""
+    """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
+    `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
     """Lowercase letters, digits, `_` and `-` (at most 64)."""
     description: str | None = None
-    type: Literal["loop"] = "loop"
-    """`loop`: the model decides, calling tools until it answers (`flow` and `realtime` come later)."""
+    type: Literal["loop", "flow", "realtime"] = "loop"
+    """`loop`: the model decides, calling tools until it answers. `flow` and `realtime` are reserved: they
+    load, but creating an agent of those types is refused until they are implemented."""
     instructions: str = ""
-    model: str
+    """A Jinja2 template (sandboxed, undefined names are errors). It sees `agent.name`,
+    `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
+    runtime data given to `system.create(definition=..., data=...)`)."""
+    model: str | list[str]
     """`provider:model` — `scripted:model.yaml` (a scripted model file next to the definition),
-    `openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`, ..."""
+    `openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`, ... — or a list of them: ordered candidates, the
+    first whose provider is available is used."""
     tools: list[str] = Field(default_factory=list)
     """Import paths: `package.module:name` or `file.py:name` (relative to the definition file)."""
+    sub_agents: list[str] = Field(default_factory=list)
+    """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
+    model as a tool named after it."""
+    limits: Limits = Field(default_factory=Limits)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form data kept with the definition (not shown to the model)."""
 
     _source: Path | None = PrivateAttr(default=None)
     _tools: list[Tool] = PrivateAttr(default_factory=list)
     _provider: Provider | None = PrivateAttr(default=None)
+    _providers: dict[str, Provider] = PrivateAttr(default_factory=dict)
+    _template: Any = PrivateAttr(default=None)
+    _instructions_line: int = PrivateAttr(default=1)
 
     @pydantic.field_validator("name")
     @classmethod
@@ -63,18 +113,32 @@ class AgentDefinition(BaseModel):
     @pydantic.field_validator("type", mode="before")
     @classmethod
     def _check_type(cls, value: Any) -> Any:
-        if isinstance(value, str) and value in ("flow", "realtime"):
-            raise ValueError(f"type {value!r} is not supported yet; use 'loop'")
-        if value != "loop":
-            raise ValueError(f"unknown agent type {value!r}; use 'loop'")
+        if value not in ("loop", "flow", "realtime"):
+            raise ValueError(f"unknown agent type {value!r}; use 'loop' ('flow' and 'realtime' are reserved)")
         return value
 
     @pydantic.field_validator("model")
     @classmethod
-    def _check_model(cls, value: str) -> str:
-        provider, _ = parse_model(value)
-        if provider not in KNOWN_PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
+    def _check_model(cls, value: str | list[str]) -> str | list[str]:
+        candidates = [value] if isinstance(value, str) else value
+        if not candidates:
+            raise ValueError("needs at least one 'provider:model' candidate")
+        for candidate in candidates:
+            provider, _ = parse_model(candidate)
+            if provider not in KNOWN_PROVIDERS:
+                raise ValueError(f"unknown provider {provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
+        return value
+
+    @pydantic.field_validator("sub_agents")
+    @classmethod
+    def _check_sub_agents(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in value:
+            if not _NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid agent name")
+            if name in seen:
+                raise ValueError(f"{name!r} is listed twice")
+            seen.add(name)
         return value
 
     # ------------------------------------------------------------------ resolved by the loader
@@ -89,12 +153,19 @@ class AgentDefinition(BaseModel):
         return self._source.parent if self._source is not None else Path.cwd()
 
     @property
+    def candidates(self) -> list[str]:
+        """The model candidates in order of preference."""
+        return [self.model] if isinstance(self.model, str) else list(self.model)
+
+    @property
     def provider_name(self) -> str:
-        return parse_model(self.model)[0]
+        """The provider of the first (preferred) model candidate."""
+        return parse_model(self.candidates[0])[0]
 
     @property
     def model_name(self) -> str:
-        return parse_model(self.model)[1]
+        """The model of the first (preferred) candidate."""
+        return parse_model(self.candidates[0])[1]
 
     @property
     def resolved_tools(self) -> list[Tool]:

@@ -269,8 +269,17 @@ class _Savepoint:
     ) -> None:
         tx = self._tx
         if et is None:
-            tx.store._op("release").execute(f"RELEASE {self._name}")
-            return
+            try:
+                tx.store._op("release").execute(f"RELEASE {self._name}")
+                return
+            except BaseException:
+                # a failed RELEASE must not keep the section's writes: roll it back like a failed body
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        tx = self._tx
         del tx.callbacks[self._mark :]
         conn = tx.store._conn
         if conn is not None:

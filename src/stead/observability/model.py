@@ -1,0 +1,231 @@
+"""The public view of run records: `stead.Run` and `stead.Step`, and the queries that build them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from stead.errors import RunNotFound
+from stead.observability.records import TOTALS
+from stead.store.base import Store, Tx
+
+__all__ = ["Run", "Step", "get_run", "list_runs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One observable unit of a run: a prompt (inference), a tool call, a sub-agent delegation, a guardrail…
+
+    `number` counts 1, 2, 3… within the run; `name` carries the agent hierarchy breadcrumb
+    (`orchestrator → researcher: search`); `target` is the tool name or the model; `target_run_id` is the
+    child run of a `sub_agent` step; `target_log_id` the prompt run (inference id) of a `prompt` step.
+    `input`/`output` are the decoded JSON (tool arguments, tool output, a prompt's finish reason and usage).
+    """
+
+    id: str
+    run_id: str
+    number: int
+    type: str
+    name: str | None
+    status: str
+    started_at: float
+    completed_at: float | None
+    target: str | None
+    target_run_id: str | None
+    target_log_id: str | None
+    parent_step_id: str | None
+    error: str | None
+    input: Any
+    output: Any
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to completion (None while running)."""
+        return None if self.completed_at is None else self.completed_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One active period of an agent, from activation to settlement.
+
+    `input_tokens`, `output_tokens`, `cached_tokens` and `cost` include the run's descendants (rolled up when
+    each child run settles); the `own_*` fields are this run's inferences alone. `steps` and `children` are
+    filled by `system.run(id)` (recursively); `system.runs()` returns runs without them."""
+
+    id: str
+    agent_id: str
+    agent_name: str | None
+    parent_run_id: str | None
+    parent_step_id: str | None
+    session_id: str | None
+    conversation_id: str | None
+    status: str
+    started_at: float
+    completed_at: float | None
+    error: str | None
+    final_message: str | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost: float
+    own_input_tokens: int
+    own_output_tokens: int
+    own_cached_tokens: int
+    own_cost: float
+    iterations: int
+    restarts: int
+    breadcrumb: str | None
+    steps: list[Step] = field(default_factory=list)
+    children: list[Run] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.completed_at is None else self.completed_at - self.started_at
+
+    def walk(self) -> list[Run]:
+        """This run and all its descendants, depth first."""
+        out = [self]
+        for c in self.children:
+            out.extend(c.walk())
+        return out
+
+
+_RUN_COLS = (
+    "id, agent_id, agent_name, parent_run_id, parent_step_id, session_id, conversation_id, status, "
+    "started_at, completed_at, error, final_message, input_tokens, output_tokens, cached_tokens, cost, "
+    "child_input_tokens, child_output_tokens, child_cached_tokens, child_cost, iterations, restarts, "
+    "breadcrumb"
+)
+_STEP_COLS = (
+    "id, run_id, number, type, name, status, started_at, completed_at, target, target_run_id, "
+    "target_log_id, parent_step_id, error, input_json, output_json"
+)
+
+
+def _run(row: tuple[Any, ...], steps: list[Step] | None = None, children: list[Run] | None = None) -> Run:
+    (rid, aid, name, prun, pstep, session, conv, status, started, completed, error, final) = row[:12]
+    inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, breadcrumb = row[12:]
+    return Run(
+        id=rid,
+        agent_id=aid,
+        agent_name=name,
+        parent_run_id=prun,
+        parent_step_id=pstep,
+        session_id=session,
+        conversation_id=conv,
+        status=status,
+        started_at=started,
+        completed_at=completed,
+        error=error,
+        final_message=final,
+        input_tokens=int(inp) + int(cinp),
+        output_tokens=int(out) + int(cout),
+        cached_tokens=int(cached) + int(ccached),
+        cost=float(cost) + float(ccost),
+        own_input_tokens=int(inp),
+        own_output_tokens=int(out),
+        own_cached_tokens=int(cached),
+        own_cost=float(cost),
+        iterations=int(iterations),
+        restarts=int(restarts),
+        breadcrumb=breadcrumb,
+        steps=steps if steps is not None else [],
+        children=children if children is not None else [],
+    )
+
+
+def _loads(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _step(row: tuple[Any, ...]) -> Step:
+    return Step(
+        id=row[0],
+        run_id=row[1],
+        number=int(row[2]),
+        type=row[3],
+        name=row[4],
+        status=row[5],
+        started_at=row[6],
+        completed_at=row[7],
+        target=row[8],
+        target_run_id=row[9],
+        target_log_id=row[10],
+        parent_step_id=row[11],
+        error=row[12],
+        input=_loads(row[13]),
+        output=_loads(row[14]),
+    )
+
+
+async def _live(tx: Tx, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A running run's totals are summed from its prompt runs (they are stored at settlement)."""
+    out = []
+    for r in rows:
+        if r[7] == "running":
+            (totals,) = await tx.fetch(TOTALS, (r[0],))
+            r = (*r[:12], *totals[:4], *r[16:20], totals[4], *r[21:])
+        out.append(r)
+    return out
+
+
+async def list_runs(store: Store, agent_id: str | None = None, limit: int = 50) -> list[Run]:
+    """Runs, newest first (optionally of one agent), without steps or children."""
+    limit = max(0, int(limit))
+    async with store.transaction() as tx:
+        if agent_id is None:
+            rows = await tx.fetch(
+                f"SELECT {_RUN_COLS} FROM runs ORDER BY started_at DESC, id DESC LIMIT ?", (limit,)
+            )
+        else:
+            rows = await tx.fetch(
+                f"SELECT {_RUN_COLS} FROM runs WHERE agent_id = ? ORDER BY started_at DESC, id DESC LIMIT ?",
+                (agent_id, limit),
+            )
+        rows = await _live(tx, rows)
+    return [_run(r) for r in rows]
+
+
+_TREE = (
+    "WITH RECURSIVE tree(id) AS (SELECT id FROM runs WHERE id = ? "
+    "UNION SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id) "
+)
+
+
+async def get_run(store: Store, run_id: str) -> Run:
+    """The run with its steps and its descendant runs (each with theirs); raises `RunNotFound`."""
+    async with store.transaction() as tx:
+        rows = await tx.fetch(
+            f"{_TREE}SELECT {_RUN_COLS} FROM runs WHERE id IN (SELECT id FROM tree)", (run_id,)
+        )
+        rows = await _live(tx, rows)
+        step_rows = (
+            await tx.fetch(
+                f"{_TREE}SELECT {_STEP_COLS} FROM run_steps WHERE run_id IN (SELECT id FROM tree) "
+                "ORDER BY run_id, number",
+                (run_id,),
+            )
+            if rows
+            else []
+        )
+    if not any(r[0] == run_id for r in rows):
+        raise RunNotFound(f"no run with id {run_id!r}")
+    steps: dict[str, list[Step]] = {}
+    for sr in step_rows:
+        steps.setdefault(sr[1], []).append(_step(sr))
+    by_parent: dict[str | None, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        by_parent.setdefault(r[3], []).append(r)
+
+    def build(row: tuple[Any, ...]) -> Run:
+        kids = sorted(by_parent.get(row[0], []), key=lambda c: (c[8], c[0]))
+        return _run(row, steps.get(row[0], []), [build(k) for k in kids if k[0] != row[0]])
+
+    root = next(r for r in rows if r[0] == run_id)
+    return build(root)

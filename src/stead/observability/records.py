@@ -1,0 +1,528 @@
+"""Run records (DESIGN §8): `runs`, `run_steps` and `prompt_runs`, written by `RunRecorder` hooks.
+
+Every row is written inside the kernel's own transaction for the change it describes (the hook's `ctx.tx`),
+so a record commits exactly when its state change does and a rollback or crash leaves no stray row. The
+recorder adds no commits; per response it adds three statements and never reads on that path (step numbers
+and step-name breadcrumbs are computed inside the INSERT).
+
+Linking a child run to its parent: the message that activates the child carries
+`metadata["stead.parent"] = {"run_id", "step_id", "agent_id", "session_id"?, "breadcrumb"?, "traceparent"?}`
+(see docs/observability.md). The recorder stores the link on the child's run row, points the parent's step
+at the child run (`target_run_id`), and at the child's settlement adds its tokens and cost to every
+ancestor's `child_*` columns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from stead._ids import new_id
+from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.messages import Text, ToolCall, ToolResult
+from stead.store.base import Tx
+
+__all__ = [
+    "MIGRATIONS",
+    "PARENT_KEY",
+    "SESSION_KEY",
+    "STEP_TYPES",
+    "RunRecorder",
+    "parent_link",
+    "record_guardrail",
+    "record_step",
+]
+
+PARENT_KEY = "stead.parent"
+"""Metadata key of the activating message that links a child run to its parent run and step."""
+
+SESSION_KEY = "stead.session_id"
+"""Metadata key of the activating message that names a session for a root run."""
+
+STEP_TYPES = ("prompt", "tool", "sub_agent", "guardrail", "validation", "memory", "compaction")
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "awaiting_input")
+SEPARATOR = " → "
+
+# Migration scripts are split on ';' by the store: no semicolons inside statements.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        agent_name TEXT,
+        breadcrumb TEXT,
+        parent_run_id TEXT,
+        parent_step_id TEXT,
+        session_id TEXT,
+        conversation_id TEXT,
+        message_id TEXT,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        completed_at REAL,
+        final_message TEXT,
+        error TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_tokens INTEGER NOT NULL DEFAULT 0,
+        cost REAL NOT NULL DEFAULT 0,
+        child_input_tokens INTEGER NOT NULL DEFAULT 0,
+        child_output_tokens INTEGER NOT NULL DEFAULT 0,
+        child_cached_tokens INTEGER NOT NULL DEFAULT 0,
+        child_cost REAL NOT NULL DEFAULT 0,
+        iterations INTEGER NOT NULL DEFAULT 0,
+        restarts INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX runs_by_agent ON runs(agent_id, started_at);
+    CREATE INDEX runs_by_start ON runs(started_at);
+    CREATE INDEX runs_by_parent ON runs(parent_run_id) WHERE parent_run_id IS NOT NULL;
+    CREATE TABLE run_steps (
+        run_id TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        parent_step_id TEXT,
+        type TEXT NOT NULL,
+        name TEXT,
+        target TEXT,
+        target_run_id TEXT,
+        target_log_id TEXT,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        completed_at REAL,
+        input_json TEXT,
+        output_json TEXT,
+        error TEXT,
+        PRIMARY KEY (run_id, number)
+    ) WITHOUT ROWID;
+    CREATE TABLE prompt_runs (
+        run_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        model TEXT,
+        provider TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_tokens INTEGER NOT NULL DEFAULT 0,
+        cost REAL,
+        latency_ms REAL,
+        ttft_ms REAL,
+        reason TEXT,
+        error TEXT,
+        started_at REAL,
+        completed_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 1,
+        PRIMARY KEY (run_id, id)
+    ) WITHOUT ROWID
+    """,
+]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def parent_link(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `stead.parent` link of an activating message's metadata, if it is a well-formed one."""
+    if not metadata:
+        return None
+    link = metadata.get(PARENT_KEY)
+    if isinstance(link, dict) and isinstance(link.get("run_id"), str):
+        return link
+    return None
+
+
+def _label(ctx: HookContext) -> str:
+    return ctx.agent_name or ctx.agent_id
+
+
+_NAMED_STEP_VALUES = (
+    "SELECT ?, ?, ?, COALESCE(MAX(number), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "FROM run_steps WHERE run_id = ?"
+)
+_STEP_VALUES = (
+    "SELECT ?, ?, ?, COALESCE(MAX(number), 0) + 1, ?, "
+    "COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "FROM run_steps WHERE run_id = ?"
+)
+_STEP_COLS = (
+    "INSERT INTO run_steps(id, run_id, parent_step_id, number, type, name, target, target_run_id, "
+    "target_log_id, status, started_at, completed_at, input_json, output_json, error) "
+)
+_INSERT_STEP = _STEP_COLS + _STEP_VALUES
+_INSERT_NAMED_STEP = _STEP_COLS + _NAMED_STEP_VALUES
+# A retried inference keeps its id: its prompt step is inserted once, later attempts update it.
+_INSERT_PROMPT_STEP = (
+    _STEP_COLS + "SELECT * FROM (" + _STEP_VALUES + ") "
+    "WHERE NOT EXISTS (SELECT 1 FROM run_steps WHERE run_id = ? AND id = ?)"
+)
+_UPDATE_PROMPT_STEP = (
+    "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ? "
+    "WHERE run_id = ? AND id = ?"
+)
+_UPSERT_PROMPT_RUN = (
+    "INSERT INTO prompt_runs(id, run_id, agent_id, model, provider, input_tokens, output_tokens, "
+    "cached_tokens, cost, latency_ms, ttft_ms, reason, error, started_at, completed_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(run_id, id) DO UPDATE SET input_tokens = prompt_runs.input_tokens + excluded.input_tokens, "
+    "output_tokens = prompt_runs.output_tokens + excluded.output_tokens, "
+    "cached_tokens = prompt_runs.cached_tokens + excluded.cached_tokens, "
+    "cost = CASE WHEN excluded.cost IS NULL THEN prompt_runs.cost "
+    "ELSE COALESCE(prompt_runs.cost, 0) + excluded.cost END, "
+    "latency_ms = excluded.latency_ms, ttft_ms = excluded.ttft_ms, reason = excluded.reason, "
+    "error = excluded.error, started_at = excluded.started_at, completed_at = excluded.completed_at, "
+    "attempts = prompt_runs.attempts + 1"
+)
+# Totals are summed from the run's prompt runs at settlement (the hot path never touches the runs row);
+# `stead.observability.model` sums them live for a run still running.
+TOTALS = (
+    "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+    "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
+    "FROM prompt_runs WHERE run_id = ?"
+)
+_SETTLE_RUN = (
+    "UPDATE runs SET status = ?, completed_at = ?, error = ?, "
+    f"(input_tokens, output_tokens, cached_tokens, cost, iterations) = ({TOTALS}) WHERE id = ?"
+)
+_ROLL_UP = (
+    "WITH RECURSIVE anc(id) AS ("
+    "SELECT parent_run_id FROM runs WHERE id = ? AND parent_run_id IS NOT NULL "
+    "UNION SELECT r.parent_run_id FROM runs r JOIN anc ON r.id = anc.id WHERE r.parent_run_id IS NOT NULL) "
+    "UPDATE runs SET "
+    "child_input_tokens = child_input_tokens + (SELECT input_tokens FROM runs WHERE id = ?), "
+    "child_output_tokens = child_output_tokens + (SELECT output_tokens FROM runs WHERE id = ?), "
+    "child_cached_tokens = child_cached_tokens + (SELECT cached_tokens FROM runs WHERE id = ?), "
+    "child_cost = child_cost + (SELECT cost FROM runs WHERE id = ?) "
+    "WHERE id IN (SELECT id FROM anc)"
+)
+
+
+async def record_step(
+    tx: Tx,
+    run_id: str,
+    type: str,
+    name: str,
+    *,
+    status: str = "completed",
+    target: str | None = None,
+    target_run_id: str | None = None,
+    target_log_id: str | None = None,
+    parent_step_id: str | None = None,
+    input: Any = None,
+    output: Any = None,
+    error: str | None = None,
+    started_at: float | None = None,
+    completed_at: float | None = None,
+    step_id: str | None = None,
+) -> str:
+    """Append one step to a run inside `tx` (the next number; the name gets the run's breadcrumb) and return
+    its id. For layers above the kernel: validation, memory, compaction and guardrail steps."""
+    if type not in STEP_TYPES:
+        raise ValueError(f"step type must be one of {', '.join(STEP_TYPES)}, not {type!r}")
+    now = time.time()
+    sid = step_id or new_id()
+    done = completed_at if completed_at is not None else (None if status == "running" else now)
+    await tx.execute(
+        _INSERT_STEP,
+        (
+            sid,
+            run_id,
+            parent_step_id,
+            type,
+            run_id,
+            name,
+            target,
+            target_run_id,
+            target_log_id,
+            status,
+            started_at if started_at is not None else now,
+            done,
+            None if input is None else _dumps(input),
+            None if output is None else _dumps(output),
+            error,
+            run_id,
+        ),
+    )
+    return sid
+
+
+async def record_guardrail(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> str:
+    """Record a violated guardrail (a limit) as a failed `guardrail` step of `run_id`, inside `tx`; return the
+    step id. The orchestration layer calls this in the transaction that ends the run (e.g. from
+    `before_inference` via a transactional hook, or `settled_tx`)."""
+    return await record_step(
+        tx,
+        run_id,
+        "guardrail",
+        name,
+        status="failed",
+        target=name,
+        output={"violation": error, **({"detail": detail} if detail is not None else {})},
+        error=error,
+    )
+
+
+@dataclass(slots=True)
+class _Live:
+    """What this process knows about a run it records (published after commits): its breadcrumb, so step
+    names need no lookup, and the inferences already recorded, so a prompt step needs no existence check
+    unless its inference is retried. A run resumed after a restart is `guarded`: every prompt step checks."""
+
+    breadcrumb: str | None
+    guarded: bool
+    prompts: set[str] = field(default_factory=set)
+
+
+class RunRecorder(Hooks):
+    """Hooks that write run records. Installed by `stead.open(..., records=True)` (the default).
+
+    `is_sub_agent(tool_name)` tells which tools delegate to a sub-agent; their steps get type `sub_agent`.
+    """
+
+    migrations: ClassVar[dict[str, list[str]]] = {"observability": MIGRATIONS}
+
+    def __init__(self, is_sub_agent: Callable[[str], bool] | None = None) -> None:
+        self.is_sub_agent = is_sub_agent
+        self._live: dict[str, _Live] = {}
+
+    def _publish(self, tx: Tx, run_id: str, live: _Live) -> None:
+        tx.after_commit(lambda: self._live.__setitem__(run_id, live))
+
+    # -- activation ------------------------------------------------------------------------------
+    async def activated_tx(self, ctx: HookContext) -> None:
+        tx, run_id = ctx.tx, ctx.run_id
+        if tx is None or run_id is None:
+            return
+        now = time.time()
+        if ctx.restored:
+            # The run row was written at acceptance; count the restart. (If records were switched on while
+            # the run was in flight, the row is created here without the parent link.)
+            await tx.execute(
+                "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, conversation_id, status, started_at, "
+                "restarts) VALUES (?, ?, ?, ?, ?, 'running', ?, 1) "
+                "ON CONFLICT(id) DO UPDATE SET restarts = runs.restarts + 1",
+                (run_id, ctx.agent_id, ctx.agent_name, _label(ctx), ctx.agent_id, now),
+            )
+            rows = await tx.fetch("SELECT breadcrumb FROM runs WHERE id = ?", (run_id,))
+            self._publish(tx, run_id, _Live(rows[0][0] if rows else None, guarded=True))
+            return
+        message = ctx.message
+        metadata = message.metadata if message is not None else None
+        link = parent_link(metadata)
+        parent_run_id = parent_step_id = session_id = None
+        breadcrumb = _label(ctx)
+        if link is not None:
+            parent_run_id = link["run_id"]
+            parent_step_id = link.get("step_id") if isinstance(link.get("step_id"), str) else None
+            session_id = link.get("session_id") if isinstance(link.get("session_id"), str) else None
+            crumbs = link.get("breadcrumb")
+            prefix: str | None = None
+            if isinstance(crumbs, list) and crumbs and all(isinstance(c, str) for c in crumbs):
+                prefix = SEPARATOR.join(crumbs)
+            elif isinstance(crumbs, str) and crumbs:
+                prefix = crumbs
+            if prefix is None or session_id is None:
+                # read what the link leaves out from the parent run (on delegation only, not the hot path)
+                rows = await tx.fetch(
+                    "SELECT breadcrumb, session_id FROM runs WHERE id = ?", (parent_run_id,)
+                )
+                if rows:
+                    if prefix is None and rows[0][0]:
+                        prefix = str(rows[0][0])
+                    if session_id is None and rows[0][1] is not None:
+                        session_id = str(rows[0][1])
+            if prefix is not None:
+                breadcrumb = prefix + SEPARATOR + breadcrumb
+        elif metadata and isinstance(metadata.get(SESSION_KEY), str):
+            session_id = metadata[SESSION_KEY]
+        await tx.execute(
+            "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, parent_run_id, parent_step_id, "
+            "session_id, conversation_id, message_id, status, started_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
+            (
+                run_id,
+                ctx.agent_id,
+                ctx.agent_name,
+                breadcrumb,
+                parent_run_id,
+                parent_step_id,
+                session_id,
+                ctx.agent_id,
+                message.id if message is not None else None,
+                now,
+            ),
+        )
+        self._publish(tx, run_id, _Live(breadcrumb, guarded=False))
+        if parent_step_id is not None:
+            await tx.execute(
+                "UPDATE run_steps SET target_run_id = ? WHERE id = ? AND run_id = ?",
+                (run_id, parent_step_id, parent_run_id),
+            )
+
+    # -- responses -------------------------------------------------------------------------------
+    async def block_tx(self, ctx: HookContext, block: Any) -> None:
+        if ctx.tx is not None and ctx.run_id is not None and isinstance(block, Text) and block.text:
+            await ctx.tx.execute("UPDATE runs SET final_message = ? WHERE id = ?", (block.text, ctx.run_id))
+
+    async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
+        tx, run_id = ctx.tx, ctx.run_id
+        if tx is None or run_id is None:
+            return
+        u = info.usage
+        inp, out, cached = (u.input_tokens, u.output_tokens, u.cached_tokens) if u is not None else (0, 0, 0)
+        cost = u.cost if u is not None else None
+        latency = round((info.ended_at - info.started_at) * 1000, 3)
+        ttft = (
+            round((info.first_token_at - info.started_at) * 1000, 3)
+            if info.first_token_at is not None
+            else None
+        )
+        failed = info.error is not None or info.reason in ("error", "cancelled")
+        status = ("cancelled" if info.reason == "cancelled" else "failed") if failed else "completed"
+        output: dict[str, Any] = {"reason": info.reason}
+        if u is not None:
+            output["usage"] = {
+                "input_tokens": inp,
+                "output_tokens": out,
+                "cached_tokens": cached,
+                "cost": cost,
+            }
+        await tx.execute(
+            _UPSERT_PROMPT_RUN,
+            (
+                info.inference_id,
+                run_id,
+                ctx.agent_id,
+                info.model,
+                info.provider,
+                inp,
+                out,
+                cached,
+                cost,
+                latency,
+                ttft,
+                info.reason,
+                info.error,
+                info.started_at,
+                info.ended_at,
+            ),
+        )
+        live = self._live.get(run_id)
+        inf = info.inference_id
+        if live is not None and live.breadcrumb is not None and not live.guarded and inf not in live.prompts:
+            # the common case: a fresh inference of a run this process activated — one plain INSERT
+            await tx.execute(
+                _INSERT_NAMED_STEP,
+                (
+                    inf,
+                    run_id,
+                    None,
+                    "prompt",
+                    f"{live.breadcrumb}: prompt",
+                    info.model,
+                    None,
+                    inf,
+                    status,
+                    info.started_at,
+                    info.ended_at,
+                    None,
+                    _dumps(output),
+                    info.error,
+                    run_id,
+                ),
+            )
+            prompts = live.prompts
+            tx.after_commit(lambda: prompts.add(inf))
+            return
+        step = (
+            info.inference_id,
+            run_id,
+            None,
+            "prompt",
+            run_id,
+            "prompt",
+            info.model,
+            None,
+            info.inference_id,
+            status,
+            info.started_at,
+            info.ended_at,
+            None,
+            _dumps(output),
+            info.error,
+            run_id,
+        )
+        if not await tx.execute(_INSERT_PROMPT_STEP, (*step, run_id, info.inference_id)):
+            await tx.execute(
+                _UPDATE_PROMPT_STEP,
+                (status, info.ended_at, _dumps(output), info.error, run_id, info.inference_id),
+            )
+
+    # -- tools -----------------------------------------------------------------------------------
+    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        tx, run_id = ctx.tx, ctx.run_id
+        if tx is None or run_id is None:
+            return
+        now = time.time()
+        sub = self.is_sub_agent
+        live = self._live.get(run_id)
+        crumb = live.breadcrumb if live is not None else None
+        for call in calls:
+            kind = "sub_agent" if sub is not None and sub(call.name) else "tool"
+            head: tuple[Any, ...] = (call.id or new_id(), run_id, None, kind)
+            name: tuple[str, ...]
+            if crumb is not None:
+                sql, name = _INSERT_NAMED_STEP, (f"{crumb}: {call.name}",)
+            else:
+                sql, name = _INSERT_STEP, (run_id, call.name)
+            await tx.execute(
+                sql,
+                (
+                    *head,
+                    *name,
+                    call.name,
+                    None,
+                    None,
+                    "running",
+                    now,
+                    None,
+                    _dumps(call.arguments),
+                    None,
+                    None,
+                    run_id,
+                ),
+            )
+
+    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+        if ctx.tx is None or call.id is None or ctx.run_id is None:
+            return
+        await ctx.tx.execute(
+            "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ? "
+            "WHERE run_id = ? AND id = ?",
+            (
+                "failed" if result.is_error else "completed",
+                time.time(),
+                _dumps(result.output),
+                result.output if result.is_error else None,
+                ctx.run_id,
+                call.id,
+            ),
+        )
+
+    # -- settlement ------------------------------------------------------------------------------
+    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+        tx, run_id = ctx.tx, ctx.run_id
+        if tx is None or run_id is None:
+            return
+        now = time.time()
+        status = "completed" if error is None else ("cancelled" if error == "aborted" else "failed")
+        await tx.execute(_SETTLE_RUN, (status, now, error, run_id, run_id))
+        # steps still open (calls cut off by an abort) end with the run
+        await tx.execute(
+            "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
+            "WHERE run_id = ? AND status = 'running'",
+            ("cancelled" if status == "cancelled" else "failed", now, error or "the run ended", run_id),
+        )
+        await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
+        tx.after_commit(lambda: self._live.pop(run_id, None))

@@ -1,0 +1,413 @@
+"""The orchestration layer of one `AgentSystem`: agents built from definitions, sub-agent delegation,
+runtime changes and guardrails.
+
+`stead.open(url, definitions=...)` creates one `Orchestrator`. It registers every definition's tools, the
+scripted models the definitions name, and one *delegation tool* per definition (named after it), and
+installs `OrchestrationHooks` (runtime changes + guardrails) on the kernel.
+
+Delegation (DESIGN §7): the delegation tool is `durable=True` and idempotent. The child agent id and the
+child message id are allocated once through the call-bound KV, so a delegation re-executed after a crash
+re-attaches to the same child (the send with the same message id returns `created=False`) instead of
+starting a second one. The tool waits for the child to settle and returns the child's final answer; a
+failed child run becomes an error result. Delegations of one parent run concurrently under a cap (a
+semaphore per parent agent, default 5); the kernel commits their results in call order. Aborting the parent
+aborts its children. Depth is bounded and a delegation cycle is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from stead._ids import new_id
+from stead.core.config import AgentConfig
+from stead.definitions._registry import Registry
+from stead.definitions._schema import AgentDefinition, parse_model
+from stead.definitions._template import render_instructions
+from stead.errors import Closed, ConfigurationError, InvalidInput
+from stead.messages import Message, Text
+from stead.orchestration._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
+from stead.providers.base import Provider
+from stead.tools._tool import Tool, tool
+from stead.tools.context import ToolContext
+
+if TYPE_CHECKING:
+    from stead.agent import Agent
+    from stead.system import AgentSystem
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_DELEGATIONS",
+    "DEFAULT_MAX_DELEGATION_DEPTH",
+    "DelegationError",
+    "Orchestrator",
+]
+
+log = logging.getLogger("stead.orchestration")
+
+DEFAULT_MAX_CONCURRENT_DELEGATIONS = 5
+DEFAULT_MAX_DELEGATION_DEPTH = 4
+
+# AgentConfig.extra keys of agents built from definitions
+X_DEFINITION = "stead.definition"
+X_CHAIN = "stead.chain"  # definition names from the root of the delegation tree to this agent
+X_DATA = "stead.data"
+X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
+X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
+X_LIMITS = "stead.limits"
+
+PARENT_KEY = "stead.parent"
+FAILED_NOTE = "The last turn failed: "
+
+
+class DelegationError(Exception):
+    """A delegation could not produce an answer (the model gets it as an error result)."""
+
+
+def _scripted_key(definition: AgentDefinition, index: int) -> str:
+    return f"scripted/{definition.name}" + (f"#{index}" if index else "")
+
+
+def chain_of(config: AgentConfig) -> list[str]:
+    """The delegation chain of an agent: root → … → this agent (a root agent is a chain of one)."""
+    chain = config.extra.get(X_CHAIN)
+    if isinstance(chain, list) and all(isinstance(c, str) for c in chain) and chain:
+        return list(chain)
+    return [str(config.extra.get(X_DEFINITION) or config.name or "agent")]
+
+
+def base_lists(config: AgentConfig) -> tuple[list[str], list[str]]:
+    """An agent's own (tools, sub-agents), before the runtime changes of a run."""
+    tools = config.extra.get(X_TOOLS)
+    subs = config.extra.get(X_SUB_AGENTS)
+    if isinstance(tools, list) and isinstance(subs, list):
+        return [str(t) for t in tools], [str(s) for s in subs]
+    return list(config.tools), []
+
+
+class Orchestrator:
+    """Definitions, delegation tools and their policy for one `AgentSystem`."""
+
+    def __init__(
+        self,
+        registry: Registry | None,
+        *,
+        max_concurrent_delegations: int = DEFAULT_MAX_CONCURRENT_DELEGATIONS,
+        max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if max_concurrent_delegations < 1:
+            raise ConfigurationError("max_concurrent_delegations must be at least 1")
+        if max_delegation_depth < 0:
+            raise ConfigurationError("max_delegation_depth must be 0 or more")
+        self.registry = registry if registry is not None else Registry(None, {})
+        self.max_concurrent = max_concurrent_delegations
+        self.max_depth = max_delegation_depth
+        self.clock: Callable[[], float] = clock or time.time
+        self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
+        self._system: AgentSystem | None = None
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+
+    # ------------------------------------------------------------------ wiring (stead.open)
+    def bind(self, system: AgentSystem) -> None:
+        self._system = system
+
+    @property
+    def system(self) -> AgentSystem:
+        if self._system is None:
+            raise ConfigurationError("the orchestrator is not bound to an agent system")
+        return self._system
+
+    def tools(self) -> list[Tool]:
+        """Every definition's tools and one delegation tool per definition (to register with the system)."""
+        out: dict[str, Tool] = {}
+        for definition in self.registry.values():
+            for t in definition.resolved_tools:
+                known = out.get(t.name)
+                if known is not None and known.fn is not t.fn:
+                    raise ConfigurationError(
+                        f"two different tools are named {t.name!r} (one of them in {definition.name!r})"
+                    )
+                out[t.name] = t
+        for name, t in self.delegation_tools.items():
+            if name in out:
+                raise ConfigurationError(f"definition {name!r} has the same name as a tool")
+            out[name] = t
+        return list(out.values())
+
+    def providers(self) -> dict[str, Provider]:
+        """The scripted models the definitions name, under per-definition provider names."""
+        out: dict[str, Provider] = {}
+        for definition in self.registry.values():
+            for i, candidate in enumerate(definition.candidates):
+                provider = definition._providers.get(candidate)
+                if provider is not None:
+                    out[_scripted_key(definition, i)] = provider
+        return out
+
+    def is_sub_agent(self, tool_name: str) -> bool:
+        """Whether a tool is a delegation to a sub-agent (its steps are typed `sub_agent`)."""
+        return tool_name in self.delegation_tools
+
+    # ------------------------------------------------------------------ building agents
+    def definition(self, name: str) -> AgentDefinition:
+        try:
+            return self.registry[name]
+        except KeyError:
+            known = ", ".join(sorted(self.registry)) or "none (open the system with definitions=...)"
+            raise ConfigurationError(f"unknown definition {name!r}; definitions: {known}") from None
+
+    def _resolve_model(self, definition: AgentDefinition) -> tuple[str, str]:
+        system = self.system
+        for i, candidate in enumerate(definition.candidates):
+            provider, model = parse_model(candidate)
+            if provider == "scripted":
+                key = _scripted_key(definition, i)
+                if key in system.providers:
+                    return key, model
+                continue
+            if provider in system.providers:
+                return provider, model
+            resolve = system._env.resolve_provider
+            if resolve is not None and resolve({"provider": provider, "model": model}) is not None:
+                return provider, model
+        raise ConfigurationError(
+            f"definition {definition.name!r}: none of its model candidates has a registered provider "
+            f"({', '.join(definition.candidates)}); "
+            f"registered: {', '.join(sorted(system.providers)) or 'none'}"
+        )
+
+    def config_for(
+        self,
+        name: str,
+        *,
+        data: dict[str, Any] | None = None,
+        chain: Sequence[str] | None = None,
+        changes: Sequence[RuntimeChange] = (),
+    ) -> dict[str, Any]:
+        """Keyword arguments for `system.create` that build an agent of definition `name`: its model, its
+        rendered instructions, its tools and sub-agents (with `changes` applied at its depth), its limits."""
+        definition = self.definition(name)
+        if definition.type != "loop":
+            raise ConfigurationError(
+                f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
+                "(only 'loop' agents can be created)"
+            )
+        chain = list(chain) if chain is not None else [name]
+        depth = len(chain) - 1
+        own_tools = [t.name for t in definition.resolved_tools]
+        tools, subs = effective(own_tools, definition.sub_agents, changes, depth, name)
+        provider, model = self._resolve_model(definition)
+        context = {
+            "agent": {"name": definition.name, "description": definition.description or ""},
+            "tools": [self._describe_tool(t) for t in tools],
+            "sub_agents": [self._describe_sub_agent(s) for s in subs],
+            "data": dict(data or {}),
+        }
+        instructions = render_instructions(definition, context)
+        extra: dict[str, Any] = {
+            "definition": str(definition.source) if definition.source is not None else name,
+            X_DEFINITION: name,
+            X_CHAIN: chain,
+            X_TOOLS: tools,
+            X_SUB_AGENTS: subs,
+        }
+        if data:
+            extra[X_DATA] = dict(data)
+        if not definition.limits.empty:
+            extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
+        if definition.metadata:
+            extra["stead.metadata"] = dict(definition.metadata)
+        return {
+            "provider": provider,
+            "model": model,
+            "instructions": instructions,
+            "tools": [*tools, *subs],
+            "name": name,
+            "extra": extra,
+        }
+
+    def _describe_tool(self, name: str) -> dict[str, str]:
+        t = self.system.tools.get(name)
+        return {"name": name, "description": t.description if t is not None else ""}
+
+    def _describe_sub_agent(self, name: str) -> dict[str, str]:
+        d = self.registry.get(name)
+        return {"name": name, "description": (d.description or "") if d is not None else ""}
+
+    def check_changes(self, changes: Sequence[RuntimeChange]) -> list[dict[str, Any]]:
+        """Validate changes for `agent.send(changes=...)` and encode them for the message metadata."""
+        out: list[dict[str, Any]] = []
+        for c in changes:
+            if not isinstance(c, RuntimeChange):
+                raise InvalidInput(f"changes must be stead.RuntimeChange objects, not {type(c).__name__}")
+            if c.action == "add":
+                if c.kind == "tool" and c.name not in self.system.tools:
+                    raise InvalidInput(f"cannot add tool {c.name!r}: no tool of that name is registered")
+                if c.kind == "sub_agent" and c.name not in self.registry:
+                    raise InvalidInput(f"cannot add sub-agent {c.name!r}: no definition of that name")
+            out.append(c.encode())
+        return out
+
+    # ------------------------------------------------------------------ delegation
+    def _delegation_tool(self, target: str) -> Tool:
+        definition = self.registry[target]
+        orchestrator = self
+
+        async def delegate(ctx: ToolContext, request: str, input: dict[str, Any] | None = None) -> str:
+            """Delegate a task to a sub-agent and return its final answer.
+
+            Args:
+                request: What the sub-agent should do, self-contained (it does not see this conversation).
+                input: Optional structured input for the task.
+            """
+            return await orchestrator.delegate(target, ctx, request, input)
+
+        description = f"Delegate a task to the sub-agent {target!r}"
+        if definition.description:
+            description += f": {definition.description}"
+        return tool(name=target, description=description, durable=True)(delegate)
+
+    def _semaphore(self, agent_id: str) -> asyncio.Semaphore:
+        sem = self._semaphores.get(agent_id)
+        if sem is None:
+            sem = self._semaphores[agent_id] = asyncio.Semaphore(self.max_concurrent)
+        return sem
+
+    async def _run_changes(self, agent_id: str) -> list[RuntimeChange]:
+        """The runtime changes of the agent's current run (kept in its run KV)."""
+        async with self.system.store.transaction() as tx:
+            raw = await tx.get(agent_id, RUN_CHANGES_KEY)
+        if raw is None:
+            return []
+        return decode_changes({CHANGES_KEY: json.loads(raw)})
+
+    async def delegate(
+        self, target: str, ctx: ToolContext, request: str, input: dict[str, Any] | None
+    ) -> str:
+        system = self.system
+        parent = await system.get(ctx.agent_id)
+        parent_config = parent._rt.config
+        chain = chain_of(parent_config)
+        if target in chain:
+            raise DelegationError(
+                f"refused: delegating to {target!r} would form a cycle ({' → '.join([*chain, target])})"
+            )
+        if len(chain) > self.max_depth:
+            raise DelegationError(
+                f"refused: the delegation depth limit ({self.max_depth}) is reached ({' → '.join(chain)})"
+            )
+        changes = propagate(await self._run_changes(ctx.agent_id))
+        data = parent_config.extra.get(X_DATA)
+        ids = await ctx.kv.get_or_create("child", lambda: {"agent": new_id(), "message": new_id()})
+        child_id, message_id = str(ids["agent"]), str(ids["message"])
+        async with self._semaphore(ctx.agent_id):
+            try:
+                child = await self._child(child_id, target, [*chain, target], changes, data)
+                content = request if input is None else f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
+                link: dict[str, Any] = {
+                    "run_id": ctx.run_id,
+                    "step_id": ctx.call_id,
+                    "agent_id": ctx.agent_id,
+                    "breadcrumb": " → ".join(chain),
+                }
+                from stead.observability import traceparent_for_call
+
+                traceparent = traceparent_for_call(ctx.call_id)
+                if traceparent is not None:
+                    link["traceparent"] = traceparent
+                metadata: dict[str, Any] = {PARENT_KEY: link}
+                if changes:
+                    metadata[CHANGES_KEY] = [c.encode() for c in changes]
+                await child.send(content, id=message_id, metadata=metadata)
+                await child.wait_idle()
+            except Closed:
+                # the system is closing: leave the call unfinished; the next owner re-attaches to the child
+                raise asyncio.CancelledError from None
+            except asyncio.CancelledError:
+                await self._abort_child(child_id)
+                raise
+            if child.active:
+                if system._closing or child._rt._draining or child._rt.closed:
+                    raise asyncio.CancelledError  # drained: the next owner re-attaches
+                raise DelegationError(
+                    f"the sub-agent {target!r} ({child_id}) cannot run here: {child._rt.blocked or 'stopped'}"
+                )
+            return await self._answer(child, target, message_id)
+
+    async def _abort_child(self, child_id: str) -> None:
+        """The parent was aborted: abort the child too (unless the whole system is going away)."""
+        system = self.system
+        if system._closing:
+            return
+        rt = system._runtimes.get(child_id)
+        if rt is not None:
+            try:
+                await rt.abort()
+            except Exception:  # pragma: no cover - best effort while cancelling
+                log.exception("aborting sub-agent %s failed", child_id)
+
+    async def _child(
+        self,
+        child_id: str,
+        target: str,
+        chain: list[str],
+        changes: list[RuntimeChange],
+        data: Any,
+    ) -> Agent:
+        """The child agent of a delegation: re-attached when it exists, created (once) otherwise."""
+        system = self.system
+        if child_id in system._runtimes:
+            return await system.get(child_id)
+        async with system.store.transaction() as tx:
+            row = await tx.get_agent(child_id)
+        if row is not None:
+            await system._restore(only={child_id})  # resumes it if it still owes work
+            return await system.get(child_id)
+        kwargs = self.config_for(
+            target, data=data if isinstance(data, dict) else None, chain=chain, changes=changes
+        )
+        try:
+            return await system.create(agent_id=child_id, **kwargs)
+        except InvalidInput:  # created meanwhile (a concurrent re-execution): attach to it
+            return await system.get(child_id)
+
+    async def _answer(self, child: Agent, target: str, message_id: str) -> str:
+        """The child's final answer to `message_id`: the last assistant text after it. A failed run (its
+        last word is a failure note) raises."""
+        history = await child.history()
+        start = next((i for i, m in enumerate(history) if m.id == message_id), None)
+        if start is None:
+            raise DelegationError(f"the sub-agent {target!r} never received the request")
+        answer: str | None = None
+        failure: str | None = None
+        for m in history[start + 1 :]:
+            if m.role == "assistant":
+                text = "".join(b.text for b in m.content if isinstance(b, Text)).strip()
+                if text:
+                    answer, failure = text, None
+            elif m.role == "system":
+                note = _text(m)
+                if note.startswith(FAILED_NOTE):
+                    failure = note[len(FAILED_NOTE) :]
+        if failure is not None:
+            raise DelegationError(f"the sub-agent {target!r} failed: {failure}")
+        if answer is None:
+            raise DelegationError(f"the sub-agent {target!r} finished without an answer")
+        return answer
+
+
+RUN_CHANGES_KEY = "kv.r.stead.changes"
+"""Run KV key holding the runtime changes of the current run (cleared at settlement by the kernel)."""
+
+
+def _text(m: Message) -> str:
+    return "".join(b.text for b in m.content if isinstance(b, Text))
+
+
+def replace_tools(config: AgentConfig, tools: list[str]) -> AgentConfig:
+    return dataclasses.replace(config, tools=tools)
