@@ -78,8 +78,8 @@ async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> list[tuple[str
     return entries
 
 
-def _allowed_tool(rt: AgentRuntime, name: str) -> Tool | None:
-    if name not in rt.config.tools:
+def _allowed_tool(rt: AgentRuntime, name: str, offered: list[str]) -> Tool | None:
+    if name not in offered:
         return None
     return rt.env.tools.get(name)
 
@@ -88,12 +88,13 @@ async def run_batch(rt: AgentRuntime, pending: Pending, entries: list[tuple[str,
     """Run the unfinished calls of the dispatched batch and commit their results in call order."""
     calls = [(key, decode_block(json.loads(raw))) for key, raw in entries]
     sem = asyncio.Semaphore(max(1, rt.config.max_tool_concurrency))
+    offered = rt.offered_tools(pending)
     loop = asyncio.get_running_loop()
     if len(calls) == 1:
         # a single call runs inline, without a task (an abort cancels the loop task and with it the call)
         key, call = calls[0]
         assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name)
+        tool = _allowed_tool(rt, call.name, offered)
         if (
             call.id not in rt.outcomes
             and call.id not in rt.running
@@ -103,14 +104,14 @@ async def run_batch(rt: AgentRuntime, pending: Pending, entries: list[tuple[str,
             rt.outcomes[call.id] = await _execute(rt, pending, call, tool, resumed, sem)
     for _, call in calls:
         assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name)
+        tool = _allowed_tool(rt, call.name, offered)
         if call.id in rt.outcomes or call.id in rt.running or (tool is not None and tool.transactional):
             continue
         resumed = call.id not in rt.dispatched_here
         rt.running[call.id] = loop.create_task(_execute(rt, pending, call, tool, resumed, sem))
     for index, (key, call) in enumerate(calls):
         assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name)
+        tool = _allowed_tool(rt, call.name, offered)
         last = index == len(calls) - 1
         if tool is not None and tool.transactional and call.id not in rt.outcomes:
             await _commit_result(rt, pending, key, call, None, last, tool)
@@ -145,7 +146,7 @@ async def _prepare(
     """Validation (T6), resume rules (T5) and the decision hook. A result means: do not run."""
     assert call.id is not None
     if tool is None:
-        known = ", ".join(rt.config.tools) or "none"
+        known = ", ".join(rt.offered_tools(pending)) or "none"
         return ToolResult(call.id, f"Unknown tool {call.name!r}. Available tools: {known}.", True), {}, None
     try:
         args = tool.validate(call.arguments)

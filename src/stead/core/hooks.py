@@ -40,6 +40,8 @@ class HookContext:
     restored: bool = False
     message: Message | None = None
     """In `activated_tx` on acceptance: the message whose acceptance activated the agent."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The agent's configuration extras (what higher layers stored at creation; read-only)."""
 
     @property
     def permission_mode(self) -> str:
@@ -96,6 +98,11 @@ class Hooks:
         """The active period ends: the pending record is being deleted."""
 
     # -- decisions ---------------------------------------------------------------------------------
+    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+        """The tool names offered to the model — and allowed to run — for this run (default: the agent's
+        configured tools). Called before each inference and each batch; must be cheap and not block."""
+        return tools
+
     async def model_changed(self, ctx: HookContext, old: dict[str, Any], new: dict[str, Any]) -> str | None:
         """An incompatible settings change is about to reset the conversation (K2). Return a handoff text
         to open the new conversation with (a system message), or None. The first non-None answer wins."""
@@ -159,6 +166,11 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self.hooks:
             await h.settled_tx(ctx, error)
+
+    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+        for h in self.hooks:
+            tools = h.offered_tools(ctx, tools)
+        return tools
 
     async def model_changed(self, ctx: HookContext, old: dict[str, Any], new: dict[str, Any]) -> str | None:
         for h in self.hooks:

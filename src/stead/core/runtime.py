@@ -170,7 +170,14 @@ class AgentRuntime:
             settings=dict(self._turn.settings if self._turn is not None else self.settings),
             tx=tx,
             restored=restored,
+            extra=self.config.extra,
         )
+
+    def offered_tools(self, pending: Pending | None) -> list[str]:
+        """The tools this run offers to the model and allows to run (the `offered_tools` hook's view)."""
+        if not self.env.hooks:
+            return self.config.tools
+        return self.env.hooks.offered_tools(self.hook_ctx(None, pending), list(self.config.tools))
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -421,10 +428,12 @@ class AgentRuntime:
         return self._messages
 
     def _publish_records(self, new: list[dict[str, Any]], *, reset: bool = False) -> None:
-        if reset or self._records is None:
+        if reset:
             self._records = list(new)
             self._messages = None
             return
+        if self._records is None:
+            return  # never loaded in this process: the next stage loads the whole history from the store
         self._records.extend(new)
         self._messages = None
 
@@ -525,7 +534,7 @@ class AgentRuntime:
         if turn.reset and turn.handoff is not None:
             history = [Message("system", [Text(turn.handoff)])]
         specs = []
-        for name in self.config.tools:
+        for name in self.offered_tools(turn.pending):
             t = self.env.tools.get(name)
             if t is not None:
                 specs.append(ToolSpec(t.name, t.description, t.parameters))

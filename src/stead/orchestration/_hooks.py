@@ -31,7 +31,6 @@ from stead.orchestration._orchestrator import (
     X_LIMITS,
     base_lists,
     chain_of,
-    replace_tools,
 )
 from stead.store.base import Tx
 
@@ -51,7 +50,7 @@ class OrchestrationHooks(Hooks):
         self.clock = clock
         self._records = records
         self._system: AgentSystem | None = None
-        self._base: dict[str, AgentConfig] = {}  # agent id → its stored config while a run's view is on
+        self._views: dict[str, list[str]] = {}  # run id → the tools (and sub-agents) that run offers
         self._violations: dict[str, tuple[str, str]] = {}  # run id → (limit, reason)
         self._refused: dict[str, tuple[str, str]] = {}  # call id → (limit, reason)
 
@@ -63,9 +62,7 @@ class OrchestrationHooks(Hooks):
         if self._system is None:
             return None
         rt = self._system._runtimes.get(agent_id)
-        if rt is None:
-            return None
-        return self._base.get(agent_id, rt.config)
+        return None if rt is None else rt.config
 
     @staticmethod
     def _limits(config: AgentConfig | None) -> dict[str, Any] | None:
@@ -88,31 +85,23 @@ class OrchestrationHooks(Hooks):
         return state if isinstance(state, dict) else {}
 
     # ------------------------------------------------------------------ runtime changes: the tool view
-    def _apply_view(self, agent_id: str, raw_changes: list[Any]) -> None:
-        """After commit: offer the agent its own tools and sub-agents with this run's changes applied."""
-        if self._system is None:
+    def _apply_view(self, agent_id: str, run_id: str | None, raw_changes: list[Any]) -> None:
+        """After commit: this run offers the agent its own tools and sub-agents with the changes applied."""
+        base = self._config(agent_id)
+        if base is None or run_id is None or self._system is None:
             return
-        rt = self._system._runtimes.get(agent_id)
-        if rt is None:
-            return
-        base = self._base.get(agent_id, rt.config)
         changes = decode_changes({CHANGES_KEY: raw_changes})
         tools, subs = base_lists(base)
         chain = chain_of(base)
         name = str(base.extra.get(X_DEFINITION) or base.name or "")
         tools, subs = effective(tools, subs, changes, len(chain) - 1, name or None)
         known = self._system.tools
-        view = [t for t in [*tools, *subs] if t in known]
-        self._base[agent_id] = base
-        rt.config = replace_tools(base, view)
+        self._views[run_id] = [t for t in [*tools, *subs] if t in known]
 
-    def _drop_view(self, agent_id: str) -> None:
-        base = self._base.pop(agent_id, None)
-        if base is None or self._system is None:
-            return
-        rt = self._system._runtimes.get(agent_id)
-        if rt is not None:
-            rt.config = base
+    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+        if ctx.run_id is None:
+            return tools
+        return self._views.get(ctx.run_id, tools)
 
     # ------------------------------------------------------------------ transactional hooks
     async def activated_tx(self, ctx: HookContext) -> None:
@@ -123,13 +112,15 @@ class OrchestrationHooks(Hooks):
         if ctx.restored:
             changes = await self._read(tx, agent_id, RUN_CHANGES_KEY)
             if isinstance(changes, list) and changes:
-                tx.after_commit(lambda: self._apply_view(agent_id, changes))
+                run_id = ctx.run_id
+                tx.after_commit(lambda: self._apply_view(agent_id, run_id, changes))
             return
         metadata = ctx.message.metadata if ctx.message is not None else None
         raw = (metadata or {}).get(CHANGES_KEY)
         if isinstance(raw, list) and raw:
             await tx.write(agent_id, RUN_CHANGES_KEY, dumps(raw))
-            tx.after_commit(lambda: self._apply_view(agent_id, raw))
+            run_id = ctx.run_id
+            tx.after_commit(lambda: self._apply_view(agent_id, run_id, raw))
         if self._limits(self._config(agent_id)) is not None:
             await tx.write(agent_id, GUARD_KEY, dumps({"t0": self.clock()}))
 
@@ -173,11 +164,11 @@ class OrchestrationHooks(Hooks):
             await record_guardrail(ctx.tx, ctx.run_id, refused[0], refused[1], detail={"call_id": call.id})
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
-        agent_id = ctx.agent_id
-        if ctx.tx is not None:
-            ctx.tx.after_commit(lambda: self._drop_view(agent_id))
         if ctx.run_id is None:
             return
+        if ctx.tx is not None:
+            run_id = ctx.run_id
+            ctx.tx.after_commit(lambda: self._views.pop(run_id, None))
         violation = self._violations.pop(ctx.run_id, None)
         if violation is not None and error == violation[1] and ctx.tx is not None and self._records():
             from stead.observability.records import record_guardrail

@@ -17,7 +17,6 @@ aborts its children. Depth is bounded and a delegation cycle is refused.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
@@ -407,7 +406,3 @@ RUN_CHANGES_KEY = "kv.r.stead.changes"
 
 def _text(m: Message) -> str:
     return "".join(b.text for b in m.content if isinstance(b, Text))
-
-
-def replace_tools(config: AgentConfig, tools: list[str]) -> AgentConfig:
-    return dataclasses.replace(config, tools=tools)
