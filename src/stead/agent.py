@@ -69,6 +69,20 @@ class Agent:
         return self._rt.active
 
     @property
+    def state(self) -> Literal["idle", "working", "blocked", "stopped"]:
+        """`idle`: nothing owed. `working`: work is owed and this process runs it. `blocked`: work is owed
+        but this process lacks its provider. `stopped`: work is owed but the agent was drained or closed
+        here; the next owner of the store runs it."""
+        rt = self._rt
+        if not rt.active:
+            return "idle"
+        if rt.blocked is not None:
+            return "blocked"
+        if rt.draining or rt.closed:
+            return "stopped"
+        return "working"
+
+    @property
     def settings(self) -> dict[str, Any]:
         """The effective per-message settings (provider, model, effort, permission_mode, profile)."""
         return dict(self._rt.settings)

@@ -22,7 +22,7 @@ from stead._ids import is_valid_id, new_id
 from stead.agent import Agent
 from stead.core.config import AgentConfig, Env, QueueMode, RetryPolicy
 from stead.core.hooks import Hooks, HookSet
-from stead.core.records import SETTINGS, Pending
+from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
 from stead.errors import (
     AgentNotFound,
@@ -186,9 +186,13 @@ class AgentSystem:
         self._runtimes[aid] = rt
         return Agent(self, rt)
 
-    async def get(self, agent_id: str) -> Agent:
-        """The agent with this id; raises `AgentNotFound`."""
+    async def get(self, agent_id: str, *, resume: bool = False) -> Agent:
+        """The agent with this id; raises `AgentNotFound`.
+
+        With `resume=True`, an agent that owes work and is not running in this process (the store was
+        opened with `restore=False`, or it was not in the `restore=` list) is started, as a restore would."""
         rt = self._runtimes.get(agent_id)
+        pending: Pending | None = None
         if rt is None:
             if not is_valid_id(agent_id):
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
@@ -196,6 +200,7 @@ class AgentSystem:
                 row = await tx.get_agent(agent_id)
                 # C3/P1: the durable effective settings, so hooks and `agent.settings` see them before a turn
                 settings = await tx.get(agent_id, SETTINGS) if row is not None else None
+                pending = Pending.decode(await tx.get(agent_id, PENDING)) if row is not None else None
             if row is None:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             rt = self._runtimes.get(agent_id)
@@ -205,7 +210,14 @@ class AgentSystem:
                 )
                 if settings:
                     rt._settings = json.loads(settings)
+                if resume and pending is not None and not self._closing:
+                    rt.restore(pending)
         return Agent(self, rt)
+
+    @property
+    def closing(self) -> bool:
+        """Whether `close()` has begun: no new work is accepted and agents stop at their next boundary."""
+        return self._closing
 
     async def agents(self) -> list[AgentInfo]:
         """Every agent with whether it owes work."""

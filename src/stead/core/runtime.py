@@ -205,6 +205,10 @@ class AgentRuntime:
             self._idle.clear()
 
     @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
     def _stopped(self) -> bool:
         return self._draining or self.closed or self.blocked is not None
 

@@ -28,7 +28,7 @@ from stead.core.config import AgentConfig
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition, parse_model
 from stead.definitions._template import render_instructions
-from stead.errors import Closed, ConfigurationError, InvalidInput
+from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
 from stead.messages import Message, Text
 from stead.orchestration._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead.providers.base import Provider
@@ -330,25 +330,22 @@ class Orchestrator:
             except asyncio.CancelledError:
                 await self._abort_child(child_id)
                 raise
-            if child.active:
-                if system._closing or child._rt._draining or child._rt.closed:
+            state = child.state
+            if state != "idle":
+                if system.closing or state == "stopped":
                     raise asyncio.CancelledError  # drained: the next owner re-attaches
-                raise DelegationError(
-                    f"the sub-agent {target!r} ({child_id}) cannot run here: {child._rt.blocked or 'stopped'}"
-                )
+                raise DelegationError(f"the sub-agent {target!r} ({child_id}) cannot run here: {state}")
             return await self._answer(child, target, message_id)
 
     async def _abort_child(self, child_id: str) -> None:
         """The parent was aborted: abort the child too (unless the whole system is going away)."""
         system = self.system
-        if system._closing:
+        if system.closing:
             return
-        rt = system._runtimes.get(child_id)
-        if rt is not None:
-            try:
-                await rt.abort()
-            except Exception:  # pragma: no cover - best effort while cancelling
-                log.exception("aborting sub-agent %s failed", child_id)
+        try:
+            await (await system.get(child_id)).abort()
+        except Exception:  # pragma: no cover - best effort while cancelling
+            log.exception("aborting sub-agent %s failed", child_id)
 
     async def _child(
         self,
@@ -360,13 +357,10 @@ class Orchestrator:
     ) -> Agent:
         """The child agent of a delegation: re-attached when it exists, created (once) otherwise."""
         system = self.system
-        if child_id in system._runtimes:
-            return await system.get(child_id)
-        async with system.store.transaction() as tx:
-            row = await tx.get_agent(child_id)
-        if row is not None:
-            await system._restore(only={child_id})  # resumes it if it still owes work
-            return await system.get(child_id)
+        try:
+            return await system.get(child_id, resume=True)  # re-attach (and resume if it still owes work)
+        except AgentNotFound:
+            pass
         kwargs = self.config_for(
             target, data=data if isinstance(data, dict) else None, chain=chain, changes=changes
         )
