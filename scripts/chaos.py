@@ -1,0 +1,78 @@
+"""Run the chaos harness over many seeds (see docs/chaos.md).
+
+    python scripts/chaos.py --seeds 1000 [--start S] [--flaky] [--jobs 2]
+    python scripts/chaos.py --seed N [--flaky]          # replay one seed, printing every violation
+
+Each seed runs in its own process (at most --jobs at a time). Prints progress, a summary, and for every
+failing seed a one-line command that replays it; exits non-zero on any invariant violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.chaos import harness as H
+
+
+def _quiet_run(seed: int, flaky: bool) -> H.SeedResult:
+    logging.disable(logging.WARNING)  # the kernel logs every retried store error in flaky mode
+    return H.run_seed_sync(seed, flaky)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=None, help="how many seeds to run")
+    ap.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    ap.add_argument("--seed", type=int, default=None, help="replay exactly this seed")
+    ap.add_argument("--flaky", action="store_true", help="flaky-store mode (in-process, no kills)")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel processes (default 2)")
+    args = ap.parse_args(argv)
+    if args.seed is not None:
+        seeds = [args.seed]
+    else:
+        seeds = list(range(args.start, args.start + (args.seeds if args.seeds is not None else 20)))
+    mode = "flaky-store" if args.flaky else "kill -9"
+    print(f"chaos ({mode}): {len(seeds)} seed(s) from {seeds[0]}, {args.jobs} job(s)", flush=True)
+    t0 = time.monotonic()
+    failed: list[H.SeedResult] = []
+    totals: Counter[str] = Counter()
+    kills = 0
+    done = 0
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(_quiet_run, s, args.flaky) for s in seeds]
+        for fut in as_completed(futures):
+            r = fut.result()
+            done += 1
+            kills += r.kills
+            totals.update(r.stats)
+            if not r.ok:
+                failed.append(r)
+                print(f"FAIL seed {r.seed}: {len(r.violations)} violation(s); first: {r.violations[0][:500]}")
+                print(f"  replay: {H.replay_command(r.seed, args.flaky)}", flush=True)
+                if len(seeds) == 1:
+                    for v in r.violations:
+                        print(f"  - {v}")
+            if done % 25 == 0 or done == len(seeds):
+                rate = done / (time.monotonic() - t0)
+                print(f"  {done}/{len(seeds)} seeds, {len(failed)} failing, {rate:.2f} seeds/s", flush=True)
+    wall = time.monotonic() - t0
+    print(
+        f"summary: {len(seeds)} seeds ({mode}), {kills} kills, {len(failed)} failing seeds, "
+        f"{sum(len(r.violations) for r in failed)} violations, wall {wall:.0f}s"
+    )
+    print("  exercised: " + ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
+    for r in sorted(failed, key=lambda r: r.seed):
+        print(f"  failing: {H.replay_command(r.seed, args.flaky)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

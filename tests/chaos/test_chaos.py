@@ -1,0 +1,100 @@
+"""Randomized kill -9 chaos (DESIGN §5, §12) — the CI slice of `python scripts/chaos.py`.
+
+Each seed starts real worker processes on a fresh database, drives a seeded random workload, SIGKILLs the
+worker at seeded random moments (2–4 times), finishes in a clean incarnation, and checks the invariants from
+the store alone (tests/chaos/harness.py). A failure names the one-line command that replays the seed.
+
+The checker is itself tested below on hand-made broken stores, so that a passing seed means something.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.chaos import harness as H
+
+CI_SEEDS = range(24)
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+async def test_chaos_seed(seed: int, tmp_path: Path) -> None:
+    result = await H.run_seed(seed, tmp_path)
+    assert result.ok, "\n".join([*result.violations, "replay: " + H.replay_command(seed)])
+    assert result.stats["messages"] > 0
+
+
+def test_plans_are_deterministic_per_seed() -> None:
+    assert H.make_plan(7) == H.make_plan(7)
+    assert H.make_plan(7) != H.make_plan(8)
+    assert all(2 <= H.make_plan(s).kills <= 4 for s in range(50))
+
+
+# ---------------------------------------------------------------------------------- the checker bites
+def _user(mid: str) -> dict[str, object]:
+    return {"k": "u", "id": mid, "r": "user", "c": [{"t": "x", "x": f"{mid} :: T"}]}
+
+
+def _call(cid: str, name: str = "plain_op") -> dict[str, object]:
+    return {"k": "b", "i": "inf1", "b": {"t": "c", "n": name, "a": {"ms": 0}, "i": cid}}
+
+
+def _result(cid: str, out: str) -> dict[str, object]:
+    return {"k": "t", "b": {"t": "r", "i": cid, "o": out}}
+
+
+def _snap(history: list[dict[str, object]], kv: dict[str, str] | None = None) -> H.Snapshot:
+    a = H.agent_id(0)
+    ids = [str(r["id"]) for r in history if r["k"] == "u"]
+    base = {f"msg.{i}": "send" for i in ids}
+    base["kv.a.ledger"] = json.dumps([["a", "run1", False, 1], ["s", "run1", None, 1]])
+    base.update(kv or {})
+    return H.Snapshot({a: base}, {a: history})
+
+
+def _markers(*ids: str) -> H.Markers:
+    m = H.Markers()
+    for i in ids:
+        m.feed(1, f"SEND 0 {i}")
+        m.feed(1, f"ACC 0 {i} 1")
+    return m
+
+
+def test_a_clean_store_passes() -> None:
+    snap = _snap([_user("m1"), _call("c1"), _result("c1", "plain_op done")])
+    effects = [(1, "agent0", "plain_op", "c1", "-")]
+    assert H.check_final(snap, _markers("m1"), effects, {"c1": 1}) == []
+
+
+def test_the_checker_catches_broken_stores() -> None:
+    def final(snap: H.Snapshot, effects: list[tuple[int, str, str, str, str]] | None = None) -> list[str]:
+        return H.check_final(snap, _markers("m1"), effects or [], {"c1": 1})
+
+    assert final(_snap([_user("m1"), _user("m1")]))  # duplicated message
+    assert final(_snap([]))  # lost message
+    assert final(_snap([_user("m1"), _user("zz")]))  # a message nobody sent
+    assert final(_snap([_user("m1")], {"q.send.1.0": json.dumps({"id": "m1", "r": "user", "c": []})}))
+    assert final(_snap([_user("m1"), _call("c1")]))  # a call without a result
+    assert final(_snap([_user("m1"), _call("c1"), _result("c1", "x"), _result("c1", "y")]))
+    ran_twice = [(1, "agent0", "plain_op", "c1", "-"), (2, "agent0", "plain_op", "c1", "-")]
+    assert final(_snap([_user("m1"), _call("c1"), _result("c1", "plain_op done")]), ran_twice)
+    rerun = [(1, "agent0", "durable_op", "c1", "k"), (2, "agent0", "durable_op", "c1", "k")]
+    assert final(_snap([_user("m1"), _call("c1", "durable_op"), _result("c1", "durable_op done")]), rerun)
+    new_key = [(1, "agent0", "durable_op", "c1", "k1"), (1, "agent0", "durable_op", "c1", "k2")]
+    assert final(_snap([_user("m1"), _call("c1", "durable_op"), _result("c1", "durable_op done")]), new_key)
+    lost_id = [(1, "agent0", "durable_op", "other", "k")]
+    assert final(_snap([_user("m1"), _call("c1", "durable_op"), _result("c1", "durable_op done")]), lost_id)
+    assert final(_snap([_user("m1"), _call("c1", "tx_op"), _result("c1", "tx_op done")]))  # no tx effect
+    unpaired = json.dumps([["a", "run1", False, 1], ["a", "run2", False, 1], ["s", "run2", None, 1]])
+    assert final(_snap([_user("m1")], {"kv.a.ledger": unpaired}))
+    assert final(_snap([_user("m1")], {"pending": json.dumps({"st": "inference", "run": "run1"})}))
+
+
+def test_markers_catch_a_second_creation() -> None:
+    m = H.Markers()
+    m.feed(1, "ACC 0 m1 1")
+    m.feed(2, "ACC 0 m1 1")
+    assert m.violations and Counter(m.accepted) == Counter({(0, "m1"): 1})
