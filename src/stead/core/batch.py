@@ -21,6 +21,7 @@ from stead._ids import new_id
 from stead.core import records as R
 from stead.core.events import ToolFinished, ToolStarted
 from stead.core.records import Pending
+from stead.core.turns import block_records, consumption_published, response_info, write_consumption
 from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_block, encode_usage
 from stead.providers.base import BlockEnd, Done
 from stead.store.base import Tx
@@ -44,8 +45,8 @@ async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> list[tuple[str
     calls = list(turn.calls)
     entries = [(R.tool_key(i, call.id or ""), dumps(encode_block(call))) for i, call in enumerate(calls)]
     async with rt.env.store.transaction() as tx:
-        consumed = await rt._write_consumption(tx, turn)
-        recs = rt._block_records(turn, blocks, turn.usage)
+        consumed = await write_consumption(rt, tx, turn)
+        recs = block_records(rt, turn, blocks, turn.usage)
         await tx.append(rt.id, [dumps(r) for r in recs])
         for key, value in entries:
             await tx.write(rt.id, key, value)
@@ -58,11 +59,11 @@ async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> list[tuple[str
             ctx = rt.hook_ctx(tx, pending, inference_id=turn.inference_id)
             for b in blocks:
                 await hooks.block_tx(ctx, b)
-            await hooks.response_tx(ctx, rt._response_info(turn, reason, None))
+            await hooks.response_tx(ctx, response_info(rt, turn, reason, None))
             await hooks.tool_dispatched_tx(ctx, calls)
 
         def published() -> None:
-            rt._consumption_published(turn, consumed)
+            consumption_published(rt, turn, consumed)
             rt._publish_records(consumed + recs)
             rt.pending = pending
             turn.pending = pending

@@ -23,19 +23,18 @@ import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from stead._ids import new_id
 from stead.core import records as R
+from stead.core import turns as T
 from stead.core.config import SETTING_NAMES, AgentConfig, Env
 from stead.core.events import (
     Activated,
     BlockReset,
     Event,
-    MessageConsumed,
-    Settled,
 )
-from stead.core.hooks import HookContext, ResponseInfo
+from stead.core.hooks import HookContext
 from stead.core.records import Pending, Queued
 from stead.errors import Closed, ProviderError, StoreCrashed, StoreError
 from stead.messages import (
@@ -47,14 +46,10 @@ from stead.messages import (
     ToolResult,
     Usage,
     decode_block,
-    dumps,
-    encode_block,
-    encode_usage,
 )
 from stead.providers.base import (
     BlockEnd,
     Done,
-    DoneReason,
     Provider,
     ProviderRequest,
     ReasoningDelta,
@@ -300,7 +295,7 @@ class AgentRuntime:
         try:
             if self._aborting and self._turn is None:
                 # restarted by abort() after a cancellation that came before the previous task's first step
-                more = await self._after_abort()
+                more = await T.after_abort(self)
                 self._aborting = False
                 if not more:
                     return
@@ -319,7 +314,7 @@ class AgentRuntime:
                     if not self._aborting:
                         raise  # the system abandoned or killed this agent
                     task.uncancel()
-                    more = await self._after_abort()
+                    more = await T.after_abort(self)
                     self._aborting = False
                 except (StoreCrashed, Closed):
                     # the store is dead or closed (this process is as good as killed): stop for good
@@ -377,7 +372,7 @@ class AgentRuntime:
             else:
                 take = self._plan(pending, queued)
                 if take is None:
-                    await self._settle_in(tx, pending, self.last_error)
+                    await T.settle_in(self, tx, pending, self.last_error)
                     return False
         self.pending = pending
         if pending.stage == "tools":
@@ -469,7 +464,7 @@ class AgentRuntime:
                 turn.handoff = await self.env.hooks.model_changed(ctx, dict(self.settings), dict(settings))
             refusal = await self.env.hooks.before_inference(ctx)
             if refusal is not None:
-                return await self._fail(turn, refusal, end_run=True)
+                return await T.fail(self, turn, refusal, end_run=True)
         try:
             provider = self._provider(settings)
             request = self._request(turn, settings)
@@ -477,31 +472,31 @@ class AgentRuntime:
         except ProviderError as e:
             if e.retryable and self._attempt + 1 < self.env.retry.max_attempts:
                 self._attempt += 1
-                await self._commit_partial(turn)
+                await T.commit_partial(self, turn)
                 if turn.partial:
                     self.emit(BlockReset())  # S3: the half-streamed block observers saw is dropped
                 raise _Retry(self.env.retry.delay(self._attempt, e.retry_after)) from e
             if turn.partial:
                 self.emit(BlockReset())
-            return await self._fail(turn, str(e))
+            return await T.fail(self, turn, str(e))
         except (asyncio.CancelledError, StoreError, _Retry):
             raise
         except Exception as e:
             log.warning("agent %s: turn failed: %r", self.id, e)
-            return await self._fail(turn, f"{type(e).__name__}: {e}")
+            return await T.fail(self, turn, f"{type(e).__name__}: {e}")
         if reason is None:
             # S3: the stream ended without a terminal event
-            await self._commit_partial(turn)
+            await T.commit_partial(self, turn)
             if turn.partial:
                 self.emit(BlockReset())
             if self._attempt + 1 < self.env.retry.max_attempts:
                 self._attempt += 1
                 raise _Retry(self.env.retry.delay(self._attempt))
-            return await self._fail(turn, "the model's response ended before it was complete")
+            return await T.fail(self, turn, "the model's response ended before it was complete")
         self._attempt = 0  # only a complete response resets the retry budget
         if reason in ("error", "cancelled"):
-            return await self._fail(turn, error or f"the model's response ended with {reason!r}")
-        return await self._finish(turn, reason)
+            return await T.fail(self, turn, error or f"the model's response ended with {reason!r}")
+        return await T.finish(self, turn, reason)
 
     def _provider(self, settings: dict[str, Any]) -> Provider:
         provider = self._find_provider(settings)
@@ -566,7 +561,7 @@ class AgentRuntime:
                 if turn.first_token_at is None:
                     turn.first_token_at = time.time()
                 if not turn.partial and turn.held and not turn.calls:
-                    await self._commit_held(turn)
+                    await T.commit_held(self, turn)
                 turn.partial = True
                 self.emit(ev)
             elif isinstance(ev, BlockEnd):
@@ -593,252 +588,8 @@ class AgentRuntime:
         return reason, error
 
     # -- commits within a turn
-    async def _write_consumption(self, tx: Tx, turn: _Turn) -> list[dict[str, Any]]:
-        """Stage C1 inside `tx`: delete the queue entries, append them to history (after a reset if the
-        settings demand one), persist changed settings, run the consumption hooks."""
-        if turn.consumed:
-            return []
-        recs: list[dict[str, Any]] = []
-        hooks = self.env.hooks
-        old_mode = str(self.settings.get("permission_mode", "auto"))
-        for q in turn.take:
-            await tx.delete(self.id, q.key)
-            recs.append(q.history_record())
-        if turn.reset:
-            await tx.clear(self.id)
-            await tx.delete_prefix(self.id, "kv.h.")
-            if turn.handoff is not None:
-                recs.insert(0, {"k": "s", "x": turn.handoff})  # K2: the handoff opens the new conversation
-        if recs:
-            await tx.append(self.id, [dumps(r) for r in recs])
-        if turn.settings is not self.settings:
-            await tx.write(self.id, R.SETTINGS, dumps(turn.settings))
-        if hooks:
-            ctx = self.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
-            ctx.settings = dict(turn.settings)
-            new_mode = str(turn.settings.get("permission_mode", "auto"))
-            if new_mode != old_mode:
-                await hooks.permission_mode_changed_tx(ctx, old_mode, new_mode)
-            for q in turn.take:
-                await hooks.message_consumed_tx(
-                    ctx,
-                    Message(
-                        q.role,
-                        [decode_block(b) for b in q.content],
-                        id=q.id,
-                        metadata=q.metadata,
-                    ),
-                )
-        return recs
-
-    def _consumption_published(self, turn: _Turn, recs: list[dict[str, Any]]) -> None:
-        if turn.consumed:
-            return
-        turn.consumed = True
-        self._settings = turn.settings
-        if turn.reset:
-            self._publish_records([], reset=True)
-        for q in turn.take:
-            self.emit(
-                MessageConsumed(
-                    Message(
-                        q.role,
-                        [decode_block(b) for b in q.content],
-                        id=q.id,
-                        metadata=q.metadata,
-                    )
-                )
-            )
-
-    def _block_records(self, turn: _Turn, blocks: list[Block], usage: Usage | None) -> list[dict[str, Any]]:
-        recs: list[dict[str, Any]] = [
-            {"k": "b", "i": turn.inference_id, "b": encode_block(b)} for b in blocks
-        ]
-        if recs and usage is not None:
-            recs[-1]["u"] = encode_usage(usage)
-        return recs
-
-    async def _commit_held(self, turn: _Turn) -> None:
-        """Commit completed blocks mid-response (the next block started streaming)."""
-        blocks = list(turn.held)
-        async with self.env.store.transaction() as tx:
-            consumed = await self._write_consumption(tx, turn)
-            recs = self._block_records(turn, blocks, None)
-            await tx.append(self.id, [dumps(r) for r in recs])
-            if self.env.hooks:
-                for b in blocks:
-                    await self.env.hooks.block_tx(
-                        self.hook_ctx(tx, turn.pending, inference_id=turn.inference_id), b
-                    )
-            pending = turn.pending.but(turn_id=turn.inference_id, inference_id=turn.inference_id)
-            await tx.write(self.id, R.PENDING, pending.encode())
-
-            def published() -> None:
-                self._consumption_published(turn, consumed)
-                self._publish_records(consumed + recs)
-                turn.pending = pending
-                self.pending = pending
-                for b in blocks:
-                    self.emit(BlockEnd(b))
-
-            tx.after_commit(published)
-        turn.held.clear()
-
-    async def _commit_partial(self, turn: _Turn) -> None:
-        """A response was cut off or failed retryably: keep its completed blocks; calls it emitted get
-        error results (T4) so the conversation never keeps a call without one."""
-        if not turn.held and (turn.consumed or not turn.take):
-            return
-        results = [
-            ToolResult(
-                c.id or "", "The response was cut off before this call could run; it was not run.", True
-            )
-            for c in turn.calls
-        ]
-        await self._commit_end(turn, results=results, note=None, settle=False, owe=True, reason="error")
-
-    async def _finish(self, turn: _Turn, reason: str) -> bool:
-        if turn.calls:
-            from stead.core.batch import dispatch, run_batch
-
-            entries = await dispatch(self, turn, reason)
-            # The batch is part of this turn, whose durable state was read at its start and has been
-            # written by this task since: run it now instead of re-reading what was just committed.
-            await run_batch(self, turn.pending, entries)
-            return True
-        return await self._commit_end(turn, results=[], note=None, settle=True, owe=False, reason=reason)
-
-    async def _fail(self, turn: _Turn, error: str, *, end_run: bool = False) -> bool:
-        """C6/T4: the turn failed. Its input counts as consumed, its calls get error results, and a system
-        note tells the next inference; queued work is still answered — unless `end_run` (a guardrail
-        refused the inference), which settles the run with queued messages left queued, like an abort."""
-        self._attempt = 0
-        self.last_error = error
-        results = [ToolResult(c.id or "", f"Not run: the turn failed ({error}).", True) for c in turn.calls]
-        return await self._commit_end(
-            turn,
-            results=results,
-            note=f"The last turn failed: {error}",
-            settle=True,
-            owe=False,
-            reason="error",
-            error=error,
-            force_settle=end_run,
-        )
-
-    async def _commit_end(
-        self,
-        turn: _Turn,
-        *,
-        results: list[ToolResult],
-        note: str | None,
-        settle: bool,
-        owe: bool,
-        reason: str,
-        error: str | None = None,
-        force_settle: bool = False,
-    ) -> bool:
-        """The last commit of a response without a tool batch: consumption, blocks, usage, error results,
-        a note; then settlement (if nothing is queued), or the pending record for what comes next."""
-        blocks = list(turn.held)
-        more = True
-        async with self.env.store.transaction() as tx:
-            consumed = await self._write_consumption(tx, turn)
-            # S4: a failed or cut-off response keeps the previous usage measurement
-            usage = turn.usage if reason not in ("error", "cancelled") else None
-            recs = self._block_records(turn, blocks, usage)
-            recs += [R.result_record(r) for r in results]
-            if note is not None:
-                recs.append({"k": "s", "x": note})
-            if recs:
-                await tx.append(self.id, [dumps(r) for r in recs])
-            hooks = self.env.hooks
-            if hooks:
-                ctx = self.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
-                for b in blocks:
-                    await hooks.block_tx(ctx, b)
-                await hooks.response_tx(ctx, self._response_info(turn, reason, error))
-            if usage is not None and not blocks:
-                # S4: the usage rides on the response's last block record; without blocks it gets a key
-                await tx.write(self.id, R.USAGE, dumps(encode_usage(usage)))
-            pending: Pending | None
-            if owe:
-                pending = turn.pending.but(turn_id=turn.inference_id, inference_id=turn.inference_id)
-                await tx.write(self.id, R.PENDING, pending.encode())
-            else:
-                queued = await tx.read_prefix(self.id, R.QUEUE)
-                if settle and (force_settle or not any(v for _, v in queued)):
-                    pending = None
-                    more = False  # settled below, after `published`: the response's Done precedes Settled
-                else:
-                    pending = turn.pending.but(turn_id=None, inference_id=None)
-                    await tx.write(self.id, R.PENDING, pending.encode())
-
-            def published() -> None:
-                self._consumption_published(turn, consumed)
-                self._publish_records(consumed + recs)
-                turn.pending = pending or turn.pending
-                if pending is not None:
-                    self.pending = pending
-                for b in blocks:
-                    self.emit(BlockEnd(b))
-                if not owe:
-                    turn.done_emitted = True
-                    self.emit(
-                        Done(
-                            cast(DoneReason, reason),
-                            error=error,
-                            usage=turn.usage,
-                            inference_id=turn.inference_id,
-                        )
-                    )
-
-            tx.after_commit(published)
-            if not more:
-                await self._settle_in(tx, turn.pending, error)
-        turn.held.clear()
-        turn.calls.clear()
-        return more
-
-    def _response_info(self, turn: _Turn, reason: str, error: str | None) -> ResponseInfo:
-        return ResponseInfo(
-            inference_id=turn.inference_id,
-            provider=str(turn.settings.get("provider")),
-            model=str(turn.settings.get("model")),
-            reason=reason,
-            usage=turn.usage,
-            started_at=turn.started_at,
-            first_token_at=turn.first_token_at,
-            ended_at=time.time(),
-            error=error,
-        )
 
     # ------------------------------------------------------------------ settlement (X2)
-    async def _settle_in(self, tx: Tx, pending: Pending, error: str | None) -> None:
-        """Inside `tx`: delete the pending record, run the settle hook, clear run-scoped KV."""
-        await tx.delete(self.id, R.PENDING)
-        await tx.delete_prefix(self.id, R.RUN_KV)
-        hooks = self.env.hooks
-        ctx = self.hook_ctx(tx, pending) if hooks else None
-        reopened: Pending | None = None
-        if ctx is not None:
-            await hooks.settled_tx(ctx, error)
-            # X2: work accepted inside this very transaction (by the hook) re-created the pending record;
-            # it was published first by its own after-commit callback and must not be overwritten here
-            reopened = Pending.decode(await tx.get(self.id, R.PENDING))
-        self.last_error = None
-
-        def published() -> None:
-            self.pending = reopened
-            self._restored = False  # X3: a restored period that ended unannounced (aborted) is over
-            self.emit(Settled(pending.run_id, error))
-            if ctx is not None:
-                ctx.tx = None
-                task = asyncio.get_running_loop().create_task(hooks.settled(ctx, error))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
-
-        tx.after_commit(published)
 
     # ------------------------------------------------------------------ abort (X1)
     async def abort(self) -> None:
@@ -860,61 +611,6 @@ class AgentRuntime:
                     self._loop(), name=f"stead-agent-{self.id}"
                 )
                 await asyncio.wait([self._loop_task])
-
-    async def _after_abort(self) -> bool:
-        turn = self._turn
-        for t in list(self.running.values()):
-            t.cancel()
-        try:
-            while True:
-                try:
-                    await self._commit_abort(turn)
-                    return False
-                except StoreCrashed:
-                    self._draining = True
-                    return False
-                except StoreError:
-                    await asyncio.sleep(self.env.store_retry_delay)
-        finally:
-            self._turn = None
-
-    async def _commit_abort(self, turn: _Turn | None) -> None:
-        """One transaction: the aborted turn's input, finished blocks and error results, then settlement."""
-        from stead.core.batch import abort_batch
-
-        async with self.env.store.transaction() as tx:
-            pending = Pending.decode(await tx.get(self.id, R.PENDING))
-            if pending is None:
-                return
-            recs: list[dict[str, Any]] = []
-            consumed: list[dict[str, Any]] = []
-            if turn is not None:
-                consumed = await self._write_consumption(tx, turn)
-                recs += self._block_records(turn, list(turn.held), None)  # S4: cancelled: no measurement
-                recs += [
-                    R.result_record(ToolResult(c.id or "", "Aborted before it ran.", True))
-                    for c in turn.calls
-                ]
-                if recs:
-                    await tx.append(self.id, [dumps(r) for r in recs])
-            aborted_calls = await abort_batch(self, tx)
-            recs += aborted_calls
-            # one `done: cancelled` for the cancelled turn, also when it was running its tool batch (X1)
-            done_needed = turn is None or not turn.done_emitted or bool(aborted_calls)
-            partial = turn is not None and turn.partial
-            inf_id = turn.inference_id if turn is not None else None
-
-            def published() -> None:
-                if turn is not None:
-                    self._consumption_published(turn, consumed)
-                self._publish_records(consumed + recs)
-                if partial:
-                    self.emit(BlockReset())
-                if done_needed:
-                    self.emit(Done("cancelled", inference_id=inf_id))
-
-            tx.after_commit(published)
-            await self._settle_in(tx, pending, "aborted")  # after `published`: Done precedes Settled
 
     # ------------------------------------------------------------------ drain / close (X4)
     def drain(self) -> None:
