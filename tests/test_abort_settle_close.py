@@ -90,6 +90,25 @@ async def test_X1_abort_mid_stream_keeps_finished_blocks_and_emits_one_cancelled
     assert [b.text for b in history[1].content if isinstance(b, stead.Text)] == ["first block"]
 
 
+async def test_X1_abort_mid_stream_records_a_cancelled_prompt_step_and_run(tmp_path: Path) -> None:
+    """The inference cut by an abort still gets its end recorded (a cancelled prompt step) and the run is
+    recorded as cancelled — in the abort's own transaction."""
+    provider = ScriptedProvider(streaming)
+    async with await stead.open(url_of(tmp_path / "x1r.db"), providers={"scripted": provider}) as system:
+        agent = await system.create(provider="scripted", model="m", tools=[])
+        events = agent.events()
+        await agent.send("talk")
+        async for ev in events:
+            if isinstance(ev, stead.TextDelta):
+                break
+        await agent.abort()
+        (run,) = await system.runs(agent_id=agent.id)
+        full = await system.run(run.id)
+    assert full.status == "cancelled"
+    prompts = [s for s in full.steps if s.type == "prompt"]
+    assert [s.status for s in prompts] == ["cancelled"]
+
+
 async def test_X1_abort_during_tools_gives_running_calls_aborted_results(tmp_path: Path) -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()

@@ -329,6 +329,10 @@ async def commit_abort(rt: AgentRuntime, turn: _Turn | None) -> None:
             ]
             if recs:
                 await tx.append(rt.id, [dumps(r) for r in recs])
+            if not turn.done_emitted and rt.env.hooks:
+                # the inference in flight ends here, cancelled: records see its end like any other
+                ctx = rt.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
+                await rt.env.hooks.response_tx(ctx, response_info(rt, turn, "cancelled", "aborted"))
         aborted_calls = await abort_batch(rt, tx)
         recs += aborted_calls
         # one `done: cancelled` for the cancelled turn, also when it was running its tool batch (X1)
