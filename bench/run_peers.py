@@ -71,6 +71,10 @@ def workloads(n: int, k: int, peer_sync: str, skip_peers: bool) -> list[Workload
         if '"--sync"' in STEAD_LOOP.read_text():
             out.append(Workload("stead-normal", py, STEAD_LOOP, (*common, "--sync", "normal")))
             out.append(Workload("stead-full", py, STEAD_LOOP, (*common, "--sync", "full")))
+            # the kernel alone: run/step records off (they are on by default)
+            off = ("--no-records",)
+            out.append(Workload("stead-normal-norec", py, STEAD_LOOP, (*common, "--sync", "normal", *off)))
+            out.append(Workload("stead-full-norec", py, STEAD_LOOP, (*common, "--sync", "full", *off)))
         else:
             out.append(Workload("stead", py, STEAD_LOOP, common))
     if skip_peers:
