@@ -6,24 +6,22 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import os
 import sys
-import traceback
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text as RichText
-from rich.tree import Tree
 
 import stead
+from stead.cli._common import DEFAULT_DB, DbOption, err, execute, fail, out, url
 from stead.cli._models import check_model, run_providers
 from stead.cli._models import models as _models_command
 from stead.cli._render import call_summary, message_json, one_line
+from stead.cli._runs import runs_app
 from stead.definitions import AgentDefinition, Registry, load_definition, load_registry
 from stead.errors import SteadError
 from stead.messages import Reasoning, Text, ToolCall, ToolResult
@@ -39,58 +37,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-DbOption = Annotated[
-    Path,
-    typer.Option(
-        "--db",
-        help="SQLite database file holding the agents (created if missing).",
-        envvar="STEAD_DB",
-        show_default=True,
-    ),
-]
-DEFAULT_DB = Path("stead.db")
-
-
-def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _wide() -> Console:
-    """stdout; wide enough for tables and trees when it is not a terminal (pipes, tests)."""
-    console = _out()
-    if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=200)
-    return console
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    _err().print(RichText("error: ", style="bold red") + RichText(message))
-    raise typer.Exit(code)
-
-
-def _url(db: Path) -> str:
-    return f"sqlite:///{db}"
-
-
-def _execute(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine; turn stead errors and interrupts into one-line messages and exit codes."""
-    try:
-        return asyncio.run(make())
-    except typer.Exit:
-        raise
-    except SteadError as e:
-        _fail(str(e))
-    except KeyboardInterrupt:
-        _fail("interrupted (accepted work is durable: continue it with --agent ID)", 130)
-    except Exception as e:
-        if os.environ.get("STEAD_DEBUG"):
-            traceback.print_exc()
-        _fail(f"unexpected {type(e).__name__}: {e} (set STEAD_DEBUG=1 for a traceback)")
 
 
 def _version(value: bool) -> None:
@@ -254,16 +200,16 @@ async def _run(
     switch to it with this message."""
     if model is not None:
         check_model(model)  # one line naming what to set, before anything is written
-    printer = _Printer(_err())
+    printer = _Printer(err())
     progress = _TeamProgress(printer)
     if registry is not None:
         # every agent that owes work is resumed: sub-agents of an interrupted delegation included
-        system = await stead.open(_url(db), definitions=registry, hooks=[progress])
+        system = await stead.open(url(db), definitions=registry, hooks=[progress])
     else:
         assert definition is not None
         # Resume only the agent this command targets: other agents in the file belong to other definitions.
         system = await stead.open(
-            _url(db),
+            url(db),
             providers=run_providers(definition, model),
             tools=definition.resolved_tools,
             restore=[agent_id] if agent_id is not None else False,
@@ -309,10 +255,10 @@ async def _run(
     printer._newline()
     if printer.failures:
         _note_agent(printer.err, agent.id)
-        _fail(f"the turn failed: {printer.failures[-1]}")
+        fail(f"the turn failed: {printer.failures[-1]}")
     if still_owed:
         _note_agent(printer.err, agent.id)
-        _fail(
+        fail(
             f"agent {agent.id} still owes work that this definition cannot serve "
             f"(its provider is {settings.get('provider')!r}, model {settings.get('model')!r})"
         )
@@ -367,28 +313,28 @@ def run(
     if definition.is_dir():
         if agent is None:
             if not rest:
-                _fail("AGENT_NAME is required with a definitions directory", 2)
+                fail("AGENT_NAME is required with a definitions directory", 2)
             agent_name = rest.pop(0)
         elif len(rest) == 2:
             agent_name = rest.pop(0)
     if len(rest) > 1:
-        _fail(f"too many arguments: {' '.join(repr(a) for a in rest)} (quote the message)", 2)
+        fail(f"too many arguments: {' '.join(repr(a) for a in rest)} (quote the message)", 2)
     message = rest[0] if rest else None
     if message is None and agent is None:
-        _fail("MESSAGE is required (it may be omitted only with --agent ID, to resume unfinished work)", 2)
+        fail("MESSAGE is required (it may be omitted only with --agent ID, to resume unfinished work)", 2)
     try:
         registry, loaded, agent_name = _load_source(definition, agent_name, agent)
     except SteadError as e:
-        _fail(str(e))
+        fail(str(e))
     if registry is not None and model is not None:
-        _fail("--model works with a single definition file; a team takes its models from its definitions", 2)
-    agent_id = _execute(lambda: _run(registry, loaded, agent_name, message, agent, db, model))
-    _note_agent(_err(), agent_id)
+        fail("--model works with a single definition file; a team takes its models from its definitions", 2)
+    agent_id = execute(lambda: _run(registry, loaded, agent_name, message, agent, db, model))
+    _note_agent(err(), agent_id)
 
 
 # ---------------------------------------------------------------------------------------------------- agents
 async def _agents(db: Path) -> list[stead.AgentInfo]:
-    async with await stead.open(_url(db), restore=False) as system:
+    async with await stead.open(url(db), restore=False) as system:
         return await system.agents()
 
 
@@ -398,13 +344,13 @@ def agents(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the agents in the database."""
-    infos = _execute(lambda: _agents(db))
+    infos = execute(lambda: _agents(db))
     if as_json:
         rows = [{"id": a.id, "name": a.name, "active": a.active, "created_at": a.created_at} for a in infos]
         typer.echo(json.dumps(rows, indent=2))
         return
     if not infos:
-        _err().print(RichText(f"no agents in {db}", style="dim"))
+        err().print(RichText(f"no agents in {db}", style="dim"))
         return
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     table.add_column("id", no_wrap=True)
@@ -414,188 +360,11 @@ def agents(
     for a in infos:
         created = datetime.datetime.fromtimestamp(a.created_at).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(a.id, a.name or "", "yes" if a.active else "no", created)
-    _out().print(table)
+    out().print(table)
 
 
-# ---------------------------------------------------------------------------------------------------- runs
-runs_app = typer.Typer(
-    help="Recorded runs: list them, or show one as a tree (`stead runs show RUN_ID`).",
-    no_args_is_help=False,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(runs_app, name="runs")
-
-
-async def _list_runs(db: Path, agent_id: str | None, limit: int) -> list[stead.Run]:
-    async with await stead.open(_url(db), restore=False) as system:
-        return await system.runs(agent_id=agent_id, limit=limit)
-
-
-async def _show_run(db: Path, run_id: str) -> stead.Run:
-    async with await stead.open(_url(db), restore=False) as system:
-        return await system.run(run_id)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
-
-
-def _cost(value: float) -> str:
-    return f"${value:.4f}" if value else "—"
-
-
-_STATUS_STYLE = {
-    "completed": "green",
-    "failed": "red",
-    "cancelled": "yellow",
-    "running": "cyan",
-    "awaiting_input": "magenta",
-}
-
-
-def _run_json(r: stead.Run) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "agent_id": r.agent_id,
-        "agent_name": r.agent_name,
-        "parent_run_id": r.parent_run_id,
-        "status": r.status,
-        "started_at": r.started_at,
-        "completed_at": r.completed_at,
-        "duration": r.duration,
-        "error": r.error,
-        "final_message": r.final_message,
-        "input_tokens": r.input_tokens,
-        "output_tokens": r.output_tokens,
-        "cost": r.cost,
-        "steps": [
-            {
-                "id": st.id,
-                "number": st.number,
-                "type": st.type,
-                "name": st.name,
-                "status": st.status,
-                "target": st.target,
-                "target_run_id": st.target_run_id,
-                "duration": st.duration,
-                "error": st.error,
-            }
-            for st in r.steps
-        ],
-        "children": [_run_json(c) for c in r.children],
-    }
-
-
-@runs_app.callback(invoke_without_command=True)
-def runs(
-    ctx: typer.Context,
-    agent: Annotated[str | None, typer.Option("--agent", help="Only the runs of this agent id.")] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many runs (newest first).", min=1)] = 20,
-    db: DbOption = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-) -> None:
-    """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    found = _execute(lambda: _list_runs(db, agent, limit))
-    if as_json:
-        typer.echo(json.dumps([_run_json(r) for r in found], indent=2, ensure_ascii=False))
-        return
-    if not found:
-        _err().print(RichText(f"no runs in {db}", style="dim"))
-        return
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
-        table.add_column(col, no_wrap=True)
-    for r in found:
-        started = datetime.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
-        status = RichText(r.status, style=_STATUS_STYLE.get(r.status, ""))
-        table.add_row(
-            r.id,
-            r.breadcrumb or r.agent_name or r.agent_id,
-            status,
-            started,
-            _seconds(r.duration),
-            f"{r.input_tokens}/{r.output_tokens}",
-            _cost(r.cost),
-        )
-    _wide().print(table)
-
-
-def _run_label(r: stead.Run) -> RichText:
-    label = RichText()
-    label.append(r.agent_name or r.agent_id, style="bold")
-    label.append(f"  run {r.id}  ", style="dim")
-    label.append(r.status, style=_STATUS_STYLE.get(r.status, ""))
-    label.append(f"  {_seconds(r.duration)}  tokens {r.input_tokens}/{r.output_tokens}  {_cost(r.cost)}")
-    if r.restarts:
-        label.append(f"  resumed ×{r.restarts}", style="yellow")
-    if r.error:
-        label.append(f"\nerror: {one_line(r.error)}", style="red")
-    return label
-
-
-def _step_label(st: stead.Step) -> RichText:
-    label = RichText()
-    label.append(f"{st.number}. ", style="dim")
-    label.append(
-        st.type, style="magenta" if st.type == "sub_agent" else ("red" if st.type == "guardrail" else "cyan")
-    )
-    name = st.name or st.target or ""
-    label.append(f" {name}")
-    if st.target and st.type == "prompt":
-        label.append(f" ({st.target})", style="dim")
-    label.append("  ")
-    label.append(st.status, style=_STATUS_STYLE.get(st.status, ""))
-    label.append(f"  {_seconds(st.duration)}")
-    usage = st.output.get("usage") if isinstance(st.output, dict) else None
-    if isinstance(usage, dict):
-        label.append(f"  tokens {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}")
-        if usage.get("cost"):
-            label.append(f"  {_cost(float(usage['cost']))}")
-    if st.error:
-        label.append(f"  {one_line(st.error)}", style="red")
-    return label
-
-
-def _tree(r: stead.Run, tree: Tree | None = None) -> Tree:
-    node = Tree(_run_label(r)) if tree is None else tree.add(_run_label(r))
-    children = {c.id: c for c in r.children}
-    for st in r.steps:
-        step_node = node.add(_step_label(st))
-        child = children.pop(st.target_run_id, None) if st.target_run_id else None
-        if child is not None:
-            _tree(child, step_node)
-    for c in children.values():  # child runs not linked to a step
-        _tree(c, node)
-    return node
-
-
-@runs_app.command("show")
-def runs_show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run tree as JSON.")] = False,
-) -> None:
-    """Print a run as a tree: its steps with timings, tokens and cost, sub-agent runs indented under the
-    step that delegated to them."""
-    found = _execute(lambda: _show_run(db, run_id))
-    if as_json:
-        typer.echo(json.dumps(_run_json(found), indent=2, ensure_ascii=False))
-        return
-    _wide().print(_tree(found))
-    if found.final_message:
-        _wide().print(
-            RichText("final message: ", style="bold") + RichText(one_line(found.final_message, 300))
-        )
-
-
-# ---------------------------------------------------------------------------------------------------- history
 async def _history(agent_id: str, db: Path) -> list[stead.Message]:
-    async with await stead.open(_url(db), restore=False) as system:
+    async with await stead.open(url(db), restore=False) as system:
         agent = await system.get(agent_id)
         return await agent.history()
 
@@ -617,28 +386,28 @@ def history(
     ] = False,
 ) -> None:
     """Print an agent's conversation: messages, tool calls with arguments, and results."""
-    messages = _execute(lambda: _history(agent_id, db))
+    messages = execute(lambda: _history(agent_id, db))
     if as_json:
         typer.echo(json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False))
         return
-    out = _out()
+    console = out()
     names: dict[str, str] = {}
     for m in messages:
-        out.print(RichText(m.role, style=_ROLE_STYLE.get(m.role, "bold")))
+        console.print(RichText(m.role, style=_ROLE_STYLE.get(m.role, "bold")))
         for b in m.content:
             if isinstance(b, Text):
-                out.print(RichText(_indent(b.text)))
+                console.print(RichText(_indent(b.text)))
             elif isinstance(b, Reasoning):
-                out.print(RichText(_indent("(thinking) " + b.text), style="dim italic"))
+                console.print(RichText(_indent("(thinking) " + b.text), style="dim italic"))
             elif isinstance(b, ToolCall):
                 if b.id is not None:
                     names[b.id] = b.name
-                out.print(RichText(_indent(f"→ {call_summary(b, 2000)}"), style="cyan"))
+                console.print(RichText(_indent(f"→ {call_summary(b, 2000)}"), style="cyan"))
             elif isinstance(b, ToolResult):
                 name = names.get(b.call_id, "tool")
                 style = "red" if b.is_error else ""
                 mark = "✗" if b.is_error else "←"
-                out.print(RichText(_indent(f"{mark} {name}: {b.output}"), style=style))
+                console.print(RichText(_indent(f"{mark} {name}: {b.output}"), style=style))
 
 
 def _indent(text: str) -> str:
@@ -646,6 +415,7 @@ def _indent(text: str) -> str:
 
 
 app.command(name="models")(_models_command)
+app.add_typer(runs_app, name="runs")
 
 
 def main() -> None:

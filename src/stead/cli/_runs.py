@@ -1,0 +1,194 @@
+"""`stead runs` and `stead runs show`: recorded runs as a table and as a tree."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text as RichText
+from rich.tree import Tree
+
+import stead
+from stead.cli._common import DEFAULT_DB, DbOption, err, execute, url, wide
+from stead.cli._render import one_line
+
+__all__ = ["runs_app"]
+
+# ---------------------------------------------------------------------------------------------------- runs
+runs_app = typer.Typer(
+    help="Recorded runs: list them, or show one as a tree (`stead runs show RUN_ID`).",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+async def _list_runs(db: Path, agent_id: str | None, limit: int) -> list[stead.Run]:
+    async with await stead.open(url(db), restore=False) as system:
+        return await system.runs(agent_id=agent_id, limit=limit)
+
+
+async def _show_run(db: Path, run_id: str) -> stead.Run:
+    async with await stead.open(url(db), restore=False) as system:
+        return await system.run(run_id)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def _cost(value: float) -> str:
+    return f"${value:.4f}" if value else "—"
+
+
+_STATUS_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "awaiting_input": "magenta",
+}
+
+
+def _run_json(r: stead.Run) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "agent_id": r.agent_id,
+        "agent_name": r.agent_name,
+        "parent_run_id": r.parent_run_id,
+        "status": r.status,
+        "started_at": r.started_at,
+        "completed_at": r.completed_at,
+        "duration": r.duration,
+        "error": r.error,
+        "final_message": r.final_message,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost": r.cost,
+        "steps": [
+            {
+                "id": st.id,
+                "number": st.number,
+                "type": st.type,
+                "name": st.name,
+                "status": st.status,
+                "target": st.target,
+                "target_run_id": st.target_run_id,
+                "duration": st.duration,
+                "error": st.error,
+            }
+            for st in r.steps
+        ],
+        "children": [_run_json(c) for c in r.children],
+    }
+
+
+@runs_app.callback(invoke_without_command=True)
+def runs(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only the runs of this agent id.")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many runs (newest first).", min=1)] = 20,
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    found = execute(lambda: _list_runs(db, agent, limit))
+    if as_json:
+        typer.echo(json.dumps([_run_json(r) for r in found], indent=2, ensure_ascii=False))
+        return
+    if not found:
+        err().print(RichText(f"no runs in {db}", style="dim"))
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
+        table.add_column(col, no_wrap=True)
+    for r in found:
+        started = datetime.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        status = RichText(r.status, style=_STATUS_STYLE.get(r.status, ""))
+        table.add_row(
+            r.id,
+            r.breadcrumb or r.agent_name or r.agent_id,
+            status,
+            started,
+            _seconds(r.duration),
+            f"{r.input_tokens}/{r.output_tokens}",
+            _cost(r.cost),
+        )
+    wide().print(table)
+
+
+def _run_label(r: stead.Run) -> RichText:
+    label = RichText()
+    label.append(r.agent_name or r.agent_id, style="bold")
+    label.append(f"  run {r.id}  ", style="dim")
+    label.append(r.status, style=_STATUS_STYLE.get(r.status, ""))
+    label.append(f"  {_seconds(r.duration)}  tokens {r.input_tokens}/{r.output_tokens}  {_cost(r.cost)}")
+    if r.restarts:
+        label.append(f"  resumed ×{r.restarts}", style="yellow")
+    if r.error:
+        label.append(f"\nerror: {one_line(r.error)}", style="red")
+    return label
+
+
+def _step_label(st: stead.Step) -> RichText:
+    label = RichText()
+    label.append(f"{st.number}. ", style="dim")
+    label.append(
+        st.type, style="magenta" if st.type == "sub_agent" else ("red" if st.type == "guardrail" else "cyan")
+    )
+    name = st.name or st.target or ""
+    label.append(f" {name}")
+    if st.target and st.type == "prompt":
+        label.append(f" ({st.target})", style="dim")
+    label.append("  ")
+    label.append(st.status, style=_STATUS_STYLE.get(st.status, ""))
+    label.append(f"  {_seconds(st.duration)}")
+    usage = st.output.get("usage") if isinstance(st.output, dict) else None
+    if isinstance(usage, dict):
+        label.append(f"  tokens {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}")
+        if usage.get("cost"):
+            label.append(f"  {_cost(float(usage['cost']))}")
+    if st.error:
+        label.append(f"  {one_line(st.error)}", style="red")
+    return label
+
+
+def _tree(r: stead.Run, tree: Tree | None = None) -> Tree:
+    node = Tree(_run_label(r)) if tree is None else tree.add(_run_label(r))
+    children = {c.id: c for c in r.children}
+    for st in r.steps:
+        step_node = node.add(_step_label(st))
+        child = children.pop(st.target_run_id, None) if st.target_run_id else None
+        if child is not None:
+            _tree(child, step_node)
+    for c in children.values():  # child runs not linked to a step
+        _tree(c, node)
+    return node
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)],
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run tree as JSON.")] = False,
+) -> None:
+    """Print a run as a tree: its steps with timings, tokens and cost, sub-agent runs indented under the
+    step that delegated to them."""
+    found = execute(lambda: _show_run(db, run_id))
+    if as_json:
+        typer.echo(json.dumps(_run_json(found), indent=2, ensure_ascii=False))
+        return
+    wide().print(_tree(found))
+    if found.final_message:
+        wide().print(RichText("final message: ", style="bold") + RichText(one_line(found.final_message, 300)))
+
+
+# ---------------------------------------------------------------------------------------------------- history
