@@ -1,4 +1,5 @@
-"""Observability (DESIGN §8): run records (`runs`, `run_steps`, `prompt_runs`) and OpenTelemetry spans.
+"""Observability (DESIGN §8): run records (`runs`, `run_steps`, the `prompt_runs` view) and
+OpenTelemetry spans.
 
 `RunRecorder` writes the records through the kernel's hooks (installed by `stead.open(records=True)`, the
 default); `stead.Run` / `stead.Step` read them back (`system.runs()`, `system.run(id)`). `TracingHooks`

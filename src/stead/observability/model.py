@@ -19,8 +19,9 @@ class Step:
 
     `number` counts 1, 2, 3… within the run; `name` carries the agent hierarchy breadcrumb
     (`orchestrator → researcher: search`); `target` is the tool name or the model; `target_run_id` is the
-    child run of a `sub_agent` step; `target_log_id` the prompt run (inference id) of a `prompt` step.
-    `input`/`output` are the decoded JSON (tool arguments, tool output, a prompt's finish reason and usage).
+    child run of a `sub_agent` step; `target_log_id` the prompt run of a `prompt` step (its own id, the
+    inference id). `input`/`output` are the decoded JSON (tool arguments, tool output, a prompt's finish
+    reason and usage).
     """
 
     id: str
@@ -99,7 +100,8 @@ _RUN_COLS = (
 )
 _STEP_COLS = (
     "id, run_id, number, type, name, status, started_at, completed_at, target, target_run_id, "
-    "target_log_id, parent_step_id, error, input_json, output_json"
+    "target_log_id, parent_step_id, error, input_json, output_json, reason, input_tokens, output_tokens, "
+    "cached_tokens, cost"
 )
 
 
@@ -144,7 +146,23 @@ def _loads(raw: str | None) -> Any:
         return raw
 
 
+def _prompt_output(row: tuple[Any, ...]) -> Any:
+    """A prompt step's output — its finish reason and usage — from its prompt-run columns (the recorder
+    writes `output_json` only for a retried inference, whose columns hold the sums of all attempts)."""
+    reason, inp, out, cached, cost = row[15:20]
+    output: dict[str, Any] = {"reason": reason}
+    if inp is not None:  # NULL tokens: a response without usage
+        output["usage"] = {
+            "input_tokens": int(inp),
+            "output_tokens": int(out),
+            "cached_tokens": int(cached),
+            "cost": cost,
+        }
+    return output
+
+
 def _step(row: tuple[Any, ...]) -> Step:
+    prompt = row[3] == "prompt"
     return Step(
         id=row[0],
         run_id=row[1],
@@ -156,16 +174,16 @@ def _step(row: tuple[Any, ...]) -> Step:
         completed_at=row[7],
         target=row[8],
         target_run_id=row[9],
-        target_log_id=row[10],
+        target_log_id=row[0] if prompt and row[10] is None else row[10],
         parent_step_id=row[11],
         error=row[12],
         input=_loads(row[13]),
-        output=_loads(row[14]),
+        output=_prompt_output(row) if prompt and row[14] is None and row[15] is not None else _loads(row[14]),
     )
 
 
 async def _live(tx: Tx, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """A running run's totals are summed from its prompt runs (they are stored at settlement)."""
+    """A running run's totals are summed from its prompt steps (they are stored at settlement)."""
     out = []
     for r in rows:
         if r[7] == "running":

@@ -1,8 +1,9 @@
-"""Run records (DESIGN §8): `runs`, `run_steps` and `prompt_runs`, written by `RunRecorder` hooks.
+"""Run records (DESIGN §8): `runs` and `run_steps` (with the `prompt_runs` view over its prompt steps),
+written by `RunRecorder` hooks.
 
 Every row is written inside the kernel's own transaction for the change it describes (the hook's `ctx.tx`),
 so a record commits exactly when its state change does and a rollback or crash leaves no stray row. The
-recorder adds no commits; per response it adds three statements and never reads on that path (step numbers
+recorder adds no commits; per response it adds two statements and never reads on that path (step numbers
 and step-name breadcrumbs are computed inside the INSERT).
 
 Linking a child run to its parent: the message that activates the child carries
@@ -45,6 +46,7 @@ SESSION_KEY = "stead.session_id"
 STEP_TYPES = ("prompt", "tool", "sub_agent", "guardrail", "validation", "memory", "compaction")
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "awaiting_input")
 SEPARATOR = " → "
+_NO_USAGE = (None, None, None, None)
 
 # Migration scripts are split on ';' by the store: no semicolons inside statements.
 MIGRATIONS: list[str] = [
@@ -94,27 +96,35 @@ MIGRATIONS: list[str] = [
         input_json TEXT,
         output_json TEXT,
         error TEXT,
-        PRIMARY KEY (run_id, number)
-    ) WITHOUT ROWID;
-    CREATE TABLE prompt_runs (
-        run_id TEXT NOT NULL,
-        id TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        model TEXT,
         provider TEXT,
-        input_tokens INTEGER NOT NULL DEFAULT 0,
-        output_tokens INTEGER NOT NULL DEFAULT 0,
-        cached_tokens INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER,
+        output_tokens INTEGER,
+        cached_tokens INTEGER,
         cost REAL,
         latency_ms REAL,
         ttft_ms REAL,
         reason TEXT,
-        error TEXT,
-        started_at REAL,
-        completed_at REAL,
-        attempts INTEGER NOT NULL DEFAULT 1,
-        PRIMARY KEY (run_id, id)
-    ) WITHOUT ROWID
+        attempts INTEGER,
+        PRIMARY KEY (run_id, number)
+    ) WITHOUT ROWID;
+    CREATE VIEW prompt_runs AS SELECT
+        run_id,
+        id,
+        (SELECT agent_id FROM runs WHERE runs.id = run_steps.run_id) AS agent_id,
+        target AS model,
+        provider,
+        COALESCE(input_tokens, 0) AS input_tokens,
+        COALESCE(output_tokens, 0) AS output_tokens,
+        COALESCE(cached_tokens, 0) AS cached_tokens,
+        cost,
+        latency_ms,
+        ttft_ms,
+        reason,
+        error,
+        started_at,
+        completed_at,
+        attempts
+    FROM run_steps WHERE type = 'prompt'
     """,
 ]
 
@@ -152,34 +162,38 @@ _STEP_COLS = (
 )
 _INSERT_STEP = _STEP_COLS + _STEP_VALUES
 _INSERT_NAMED_STEP = _STEP_COLS + _NAMED_STEP_VALUES
+# A prompt step is also the inference's prompt run (the `prompt_runs` view): its id is the inference id, its
+# target the model; `target_log_id` and `output_json` stay NULL (both are derived from the columns on read).
+_PROMPT_COLS = (
+    "INSERT INTO run_steps(id, run_id, number, type, name, target, status, started_at, completed_at, error, "
+    "provider, input_tokens, output_tokens, cached_tokens, cost, latency_ms, ttft_ms, reason, attempts) "
+)
+_PROMPT_TAIL = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM run_steps WHERE run_id = ?"
+_INSERT_NAMED_PROMPT = (
+    _PROMPT_COLS + "SELECT ?, ?, COALESCE(MAX(number), 0) + 1, 'prompt', ?, " + _PROMPT_TAIL
+)
 # A retried inference keeps its id: its prompt step is inserted once, later attempts update it.
-_INSERT_PROMPT_STEP = (
-    _STEP_COLS + "SELECT * FROM (" + _STEP_VALUES + ") "
+_INSERT_PROMPT = (
+    _PROMPT_COLS + "SELECT * FROM (SELECT ?, ?, COALESCE(MAX(number), 0) + 1, 'prompt', "
+    "COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || 'prompt', " + _PROMPT_TAIL + ") "
     "WHERE NOT EXISTS (SELECT 1 FROM run_steps WHERE run_id = ? AND id = ?)"
 )
-_UPDATE_PROMPT_STEP = (
-    "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ? "
+# Later attempts add their tokens and cost; the step's output keeps the last attempt's reason and usage
+# (written out only here: the columns hold the sums).
+_UPDATE_PROMPT = (
+    "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ?, "
+    "input_tokens = COALESCE(input_tokens, 0) + ?, output_tokens = COALESCE(output_tokens, 0) + ?, "
+    "cached_tokens = COALESCE(cached_tokens, 0) + ?, "
+    "cost = CASE WHEN ? IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END, "
+    "latency_ms = ?, ttft_ms = ?, reason = ?, attempts = COALESCE(attempts, 0) + 1 "
     "WHERE run_id = ? AND id = ?"
 )
-_UPSERT_PROMPT_RUN = (
-    "INSERT INTO prompt_runs(id, run_id, agent_id, model, provider, input_tokens, output_tokens, "
-    "cached_tokens, cost, latency_ms, ttft_ms, reason, error, started_at, completed_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT(run_id, id) DO UPDATE SET input_tokens = prompt_runs.input_tokens + excluded.input_tokens, "
-    "output_tokens = prompt_runs.output_tokens + excluded.output_tokens, "
-    "cached_tokens = prompt_runs.cached_tokens + excluded.cached_tokens, "
-    "cost = CASE WHEN excluded.cost IS NULL THEN prompt_runs.cost "
-    "ELSE COALESCE(prompt_runs.cost, 0) + excluded.cost END, "
-    "latency_ms = excluded.latency_ms, ttft_ms = excluded.ttft_ms, reason = excluded.reason, "
-    "error = excluded.error, started_at = excluded.started_at, completed_at = excluded.completed_at, "
-    "attempts = prompt_runs.attempts + 1"
-)
-# Totals are summed from the run's prompt runs at settlement (the hot path never touches the runs row);
+# Totals are summed from the run's prompt steps at settlement (the hot path never touches the runs row);
 # `stead.observability.model` sums them live for a run still running.
 TOTALS = (
     "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
     "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
-    "FROM prompt_runs WHERE run_id = ?"
+    "FROM run_steps WHERE run_id = ? AND type = 'prompt'"
 )
 _SETTLE_RUN = (
     "UPDATE runs SET status = ?, completed_at = ?, error = ?, "
@@ -370,8 +384,6 @@ class RunRecorder(Hooks):
         if tx is None or run_id is None:
             return
         u = info.usage
-        inp, out, cached = (u.input_tokens, u.output_tokens, u.cached_tokens) if u is not None else (0, 0, 0)
-        cost = u.cost if u is not None else None
         latency = round((info.ended_at - info.started_at) * 1000, 3)
         ttft = (
             round((info.first_token_at - info.started_at) * 1000, 3)
@@ -380,83 +392,58 @@ class RunRecorder(Hooks):
         )
         failed = info.error is not None or info.reason in ("error", "cancelled")
         status = ("cancelled" if info.reason == "cancelled" else "failed") if failed else "completed"
-        output: dict[str, Any] = {"reason": info.reason}
-        if u is not None:
-            output["usage"] = {
-                "input_tokens": inp,
-                "output_tokens": out,
-                "cached_tokens": cached,
-                "cost": cost,
-            }
-        await tx.execute(
-            _UPSERT_PROMPT_RUN,
-            (
-                info.inference_id,
-                run_id,
-                ctx.agent_id,
-                info.model,
-                info.provider,
-                inp,
-                out,
-                cached,
-                cost,
-                latency,
-                ttft,
-                info.reason,
-                info.error,
-                info.started_at,
-                info.ended_at,
-            ),
+        inf = info.inference_id
+        # the prompt run's fields: tokens stay NULL for a response without usage
+        tail = (
+            status,
+            info.started_at,
+            info.ended_at,
+            info.error,
+            info.provider,
+            *((u.input_tokens, u.output_tokens, u.cached_tokens, u.cost) if u is not None else _NO_USAGE),
+            latency,
+            ttft,
+            info.reason,
+            run_id,
         )
         live = self._live.get(run_id)
-        inf = info.inference_id
         if live is not None and live.breadcrumb is not None and not live.guarded and inf not in live.prompts:
             # the common case: a fresh inference of a run this process activated — one plain INSERT
             await tx.execute(
-                _INSERT_NAMED_STEP,
-                (
-                    inf,
-                    run_id,
-                    None,
-                    "prompt",
-                    f"{live.breadcrumb}: prompt",
-                    info.model,
-                    None,
-                    inf,
-                    status,
-                    info.started_at,
-                    info.ended_at,
-                    None,
-                    _dumps(output),
-                    info.error,
-                    run_id,
-                ),
+                _INSERT_NAMED_PROMPT, (inf, run_id, f"{live.breadcrumb}: prompt", info.model, *tail)
             )
             prompts = live.prompts
             tx.after_commit(lambda: prompts.add(inf))
             return
-        step = (
-            info.inference_id,
-            run_id,
-            None,
-            "prompt",
-            run_id,
-            "prompt",
-            info.model,
-            None,
-            info.inference_id,
-            status,
-            info.started_at,
-            info.ended_at,
-            None,
-            _dumps(output),
-            info.error,
-            run_id,
-        )
-        if not await tx.execute(_INSERT_PROMPT_STEP, (*step, run_id, info.inference_id)):
+        if not await tx.execute(_INSERT_PROMPT, (inf, run_id, run_id, info.model, *tail, run_id, inf)):
+            output: dict[str, Any] = {"reason": info.reason}
+            inp, out, cached, cost = (0, 0, 0, None)
+            if u is not None:
+                inp, out, cached, cost = u.input_tokens, u.output_tokens, u.cached_tokens, u.cost
+                output["usage"] = {
+                    "input_tokens": inp,
+                    "output_tokens": out,
+                    "cached_tokens": cached,
+                    "cost": cost,
+                }
             await tx.execute(
-                _UPDATE_PROMPT_STEP,
-                (status, info.ended_at, _dumps(output), info.error, run_id, info.inference_id),
+                _UPDATE_PROMPT,
+                (
+                    status,
+                    info.ended_at,
+                    _dumps(output),
+                    info.error,
+                    inp,
+                    out,
+                    cached,
+                    cost,
+                    cost,
+                    latency,
+                    ttft,
+                    info.reason,
+                    run_id,
+                    inf,
+                ),
             )
 
     # -- tools -----------------------------------------------------------------------------------
