@@ -171,9 +171,11 @@ async def test_create_refuses_bad_configuration(db_url: str) -> None:
             await system.create(provider="scripted", tools=["missing"])
         with pytest.raises(stead.InvalidId):
             await system.create(provider="scripted", agent_id="Bad Id")
+        assert await system.agents() == []  # the refused creations wrote nothing
         agent = await system.create(provider="scripted")  # the only provider is the default
         with pytest.raises(stead.InvalidInput):
             await system.create(provider="scripted", agent_id=agent.id)
+        assert [a.id for a in await system.agents()] == [agent.id]
 
 
 async def test_steer_returns_a_steer_acceptance(db_url: str) -> None:
