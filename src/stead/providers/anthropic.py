@@ -13,7 +13,6 @@ accepted and the prompt cache still matches. The SDK's own retries are off (`max
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import anthropic
 from stead.errors import ConfigurationError, ProviderError
 from stead.messages import Block, Reasoning, Text, ToolCall, Usage
 from stead.providers import _errors
+from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_anthropic_messages, to_anthropic_tools
 from stead.providers.base import (
     BlockEnd,
@@ -121,27 +121,16 @@ class AnthropicProvider:
                 )
         self._api_key = api_key or ""
         self._timeout = timeout
-        self._given_client = client
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def _get_client(self) -> anthropic.AsyncAnthropic:
-        if self._given_client is not None:
-            return self._given_client
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            # A connection pool belongs to the loop that opened it: a new loop gets a new client.
-            self._client = anthropic.AsyncAnthropic(
+        self._clients: LoopBoundClient[anthropic.AsyncAnthropic] = LoopBoundClient(
+            lambda: anthropic.AsyncAnthropic(
                 api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self._timeout
-            )
-            self._client_loop = loop
-        return self._client
+            ),
+            client,
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client this provider created (a given `client` is left open)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        await self._clients.aclose()
 
     def _error(self, exc: BaseException) -> ProviderError | None:
         return _errors.from_exception(self.name, exc, anthropic, key_env=self._key_env)
@@ -177,7 +166,7 @@ class AnthropicProvider:
         return body, extra
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
-        client = self._get_client()
+        client = self._clients.get()
         body, extra = self._body(request)
         try:
             response: Any = await client.messages.create(**body, extra_body=extra or None)

@@ -15,7 +15,6 @@ raises a retryable ProviderError.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import openai
 from stead.errors import ConfigurationError, ProviderError
 from stead.messages import Reasoning, Text, ToolCall, Usage
 from stead.providers import _errors
+from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_openai_messages, to_openai_tools
 from stead.providers.base import (
     BlockEnd,
@@ -92,27 +92,16 @@ class OpenAIProvider:
         else:
             self._api_key = ""
         self._timeout = timeout
-        self._given_client = client
-        self._client: openai.AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    def _get_client(self) -> openai.AsyncOpenAI:
-        if self._given_client is not None:
-            return self._given_client
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            # A connection pool belongs to the loop that opened it: a new loop gets a new client.
-            self._client = openai.AsyncOpenAI(
+        self._clients: LoopBoundClient[openai.AsyncOpenAI] = LoopBoundClient(
+            lambda: openai.AsyncOpenAI(
                 api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self._timeout
-            )
-            self._client_loop = loop
-        return self._client
+            ),
+            client,
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client this provider created (a given `client` is left open)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        await self._clients.aclose()
 
     def _error(self, exc: BaseException) -> ProviderError | None:
         return _errors.from_exception(self.name, exc, openai, key_env=self._key_env)
@@ -134,7 +123,7 @@ class OpenAIProvider:
         return body, extra
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
-        client = self._get_client()
+        client = self._clients.get()
         body, extra = self._body(request)
         try:
             response: Any = await client.chat.completions.create(**body, extra_body=extra or None)
