@@ -9,6 +9,9 @@ import pytest
 
 import stead
 
+# Fake model servers (`oai`, `ant`) and an environment without real keys or proxies for every test.
+pytest_plugins = ["tests.fakes.fixtures"]
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:

@@ -7,7 +7,6 @@ route's prices; the kernel carries the usage on `Done` events and on the assista
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,9 @@ from stead.messages import Text, ToolCall, Usage
 from stead.providers.catalog import Prices, cost, load_catalog, resolve
 from tests.fakes import Reply
 from tests.fakes.anthropic_server import AnthropicFakeServer
+from tests.fakes.fixtures import ENV_TO_CLEAR
 from tests.fakes.openai_server import OpenAIFakeServer
-from tests.test_kernel_providers import ENV_TO_CLEAR, FAST, ask, lookup
+from tests.test_kernel_providers import FAST, ask, lookup
 
 
 @pytest.fixture(autouse=True)
@@ -27,22 +27,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-
-
-@pytest.fixture
-async def oai() -> AsyncIterator[OpenAIFakeServer]:
-    server = OpenAIFakeServer()
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def ant() -> AsyncIterator[AnthropicFakeServer]:
-    server = AnthropicFakeServer()
-    await server.start()
-    yield server
-    await server.close()
 
 
 def by_hand(prices: Prices, usage: Usage) -> float:

@@ -32,31 +32,6 @@ from tests.fakes.openai_server import OpenAIFakeServer
 
 FAST = stead.RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05)
 
-ENV_TO_CLEAR = (
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_ORG_ID",
-    "OPENAI_PROJECT_ID",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "STEAD_CATALOG",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-)
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No real key, base URL, catalog or proxy from the developer's environment reaches a test."""
-    for name in ENV_TO_CLEAR:
-        monkeypatch.delenv(name, raising=False)
-
-
 # -------------------------------------------------------------------------------------------- tools
 executions: Counter[str] = Counter()
 

@@ -13,7 +13,7 @@ import asyncio
 import json
 import shutil
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,9 @@ from stead.providers.scripted import ScriptedProvider
 from stead.routing import ModelRouter
 from tests.fakes import Reply
 from tests.fakes.anthropic_server import AnthropicFakeServer
+from tests.fakes.fixtures import ENV_TO_CLEAR
 from tests.fakes.openai_server import OpenAIFakeServer
 from tests.test_kernel_providers import (
-    ENV_TO_CLEAR,
     FAST,
     ask,
     assert_calls_settled_once,
@@ -46,22 +46,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-
-
-@pytest.fixture
-async def oai() -> AsyncIterator[OpenAIFakeServer]:
-    server = OpenAIFakeServer()
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def ant() -> AsyncIterator[AnthropicFakeServer]:
-    server = AnthropicFakeServer()
-    await server.start()
-    yield server
-    await server.close()
 
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:

@@ -18,30 +18,6 @@ from tests.fakes import DEFAULT_USAGE, FakeServer, Reply
 from tests.fakes.anthropic_server import AnthropicFakeServer, fake_signature
 from tests.fakes.openai_server import OpenAIFakeServer
 
-_ENV_TO_CLEAR = (
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_ORG_ID",
-    "OPENAI_PROJECT_ID",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "STEAD_CATALOG",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-)
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No real key, base URL or proxy from the developer's environment reaches a test."""
-    for name in _ENV_TO_CLEAR:
-        monkeypatch.delenv(name, raising=False)
-
 
 @pytest.fixture
 async def openai_server() -> AsyncIterator[OpenAIFakeServer]:
