@@ -14,7 +14,7 @@ from stead.core import records as R
 from stead.core.config import PERMISSION_MODES
 from stead.core.events import Event
 from stead.core.runtime import AgentRuntime, Inbound
-from stead.errors import Closed, InvalidId, InvalidInput
+from stead.errors import InvalidId, InvalidInput
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, encode_block
 
 if TYPE_CHECKING:
@@ -259,7 +259,3 @@ def _content_blocks(content: str | Sequence[Block]) -> list[Block]:
     if all(isinstance(b, Text) and not b.text.strip() for b in blocks):
         raise InvalidInput("message content is empty")
     return blocks
-
-
-def closed_error(agent_id: str) -> Closed:
-    return Closed(f"agent {agent_id} is closed")

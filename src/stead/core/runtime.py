@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -637,17 +636,6 @@ class AgentRuntime:
             t.cancel()
         if self._loop_task is not None:
             self._loop_task.cancel()
-
-    async def events(self) -> AsyncIterator[Event]:
-        q = self.subscribe()
-        try:
-            while True:
-                ev = await q.get()
-                if ev is None:
-                    return
-                yield ev
-        finally:
-            self.unsubscribe(q)
 
     def close_streams(self) -> None:
         for q in list(self._subscribers):
