@@ -18,9 +18,11 @@ Invariants after every crash point:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sqlite3
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -165,25 +167,31 @@ async def _count_ops(tmp_path: Path) -> int:
 _N_CACHE: dict[str, int] = {}
 
 
-@pytest.fixture
-async def op_count(tmp_path_factory: pytest.TempPathFactory) -> int:
+def _clean_run_op_count() -> int:
+    """N, the store operations of one clean run of the conversation (measured once per session)."""
     if "n" not in _N_CACHE:
-        _N_CACHE["n"] = await _count_ops(tmp_path_factory.mktemp("count"))
+        with tempfile.TemporaryDirectory(prefix="stead-count-") as d:
+            _N_CACHE["n"] = asyncio.run(_count_ops(Path(d)))
     return _N_CACHE["n"]
 
 
-# An upper bound on N, so that every crash point gets its own pytest id; points beyond N are skipped.
-MAX_OPS = 200
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One test per crash point 0..N: measured at collection, so every id is a real crash point."""
+    if "crash_at" in metafunc.fixturenames:
+        n = _clean_run_op_count()
+        metafunc.parametrize("crash_at", range(n + 1), ids=lambda i: f"op{i:03d}")
 
 
-async def test_op_count_fits_parametrization(op_count: int) -> None:
-    assert 40 < op_count <= MAX_OPS, f"the clean run used {op_count} store operations; raise MAX_OPS"
+@pytest.fixture
+def op_count() -> int:
+    return _clean_run_op_count()
 
 
-@pytest.mark.parametrize("crash_at", range(MAX_OPS + 1), ids=lambda i: f"op{i:03d}")
+def test_the_conversation_exercises_the_store(op_count: int) -> None:
+    assert op_count > 40, f"the clean run used only {op_count} store operations"
+
+
 async def test_crash_at_every_store_operation(crash_at: int, op_count: int, tmp_path: Path) -> None:
-    if crash_at > op_count:
-        pytest.skip(f"the conversation uses only {op_count} store operations")
     await _crash_and_finish(tmp_path, [crash_at], expect_crash=crash_at < op_count)
 
 
