@@ -413,7 +413,7 @@ class AgentRuntime:
 
         tx.after_commit(publish)
         # make the data visible to the rest of this stage, which runs before the commit
-        self._records, self._settings = records, settings
+        self._records, self._settings, self._messages = records, settings, None
 
     def _mark_settled_mirror(self) -> None:
         self.pending = None
