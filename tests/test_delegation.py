@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import stead
+from stead.orchestration import orchestrator_of
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 
 Responder = Callable[[stead.ProviderRequest], Any]
@@ -158,7 +159,7 @@ async def test_parallel_cap_is_respected(team: Path, db_url: str) -> None:
     ) as system:
         lead = await system.create(definition="lead")
         await lead.send("go")
-        orchestrator = system.orchestrator
+        orchestrator = orchestrator_of(system)
         await until(lambda: lead.id in orchestrator._semaphores)
         sem = orchestrator._semaphores[lead.id]
         # two children run, the three other delegations wait on the orchestration semaphore
@@ -260,8 +261,8 @@ async def test_redelegation_reattaches_to_the_same_child(team: Path, db_url: str
         lead = await system.create(definition="lead")
         kv = stead.CallKV(system.store, lead.id, "callzero00001")
         ctx = stead.ToolContext("callzero00001", "worker", lead.id, None, "auto", kv, system.store)
-        first = await system.orchestrator.delegate("worker", ctx, "do it", None)
-        again = await system.orchestrator.delegate("worker", ctx, "do it", None)
+        first = await orchestrator_of(system).delegate("worker", ctx, "do it", None)
+        again = await orchestrator_of(system).delegate("worker", ctx, "do it", None)
         assert first == again == "answer 1" and calls == 1
         assert len(await children(system, "worker")) == 1
 
@@ -299,7 +300,7 @@ async def test_close_while_delegating_leaves_the_work_for_the_next_owner(tmp_pat
     await lead.send("go")
     await asyncio.wait_for(in_tool.wait(), 10)
     closing = asyncio.get_running_loop().create_task(system.close())
-    await until(lambda: system._closing)
+    await until(lambda: system.closing)
     GATE.set()  # the worker's tool finishes; the worker stops before its next request; so does the lead
     await asyncio.wait_for(closing, 10)
     assert lead.active  # durable work left for the next owner, not an error result

@@ -39,6 +39,7 @@ EXPORTS = [
     "Message",
     "MessageConsumed",
     "NotFound",
+    "Plugin",
     "Provider",
     "ProviderError",
     "ProviderRequest",

@@ -1,15 +1,26 @@
 """stead: durable, observable, multi-agent LLM agents.
 
-Package layout (each layer depends only on those above it in this list):
+Public tiers: `stead` (daily use), `stead.extend` (for plugin authors: Plugin, Hooks, Store/Tx, record_step),
+`stead.testing` (scripted models, fault injection). Everything else is implementation.
+
+Package layout (each layer depends only on those above it in this list; docs/architecture.md):
     _ids, errors, messages   ids, the error hierarchy, messages and content blocks
     store/                   the Store contract and its SQLite implementation (+ fault injection)
-    providers/               the provider protocol, the scripted provider, real drivers
+    providers/               the provider protocol, the scripted provider, real drivers, the catalog
     tools/                   @stead.tool, tool context, call-bound KV
     core/                    the kernel: the durable loop of one agent (knows nothing above it)
-    agent, system            the Agent handle and AgentSystem (opening, restoring, closing)
-    definitions/, cli/       agent definition files and the `stead` command
+    agent, system            the Agent handle and AgentSystem (plugins, opening, restoring, closing)
+    --- plugins: observability/, orchestration/ (+ definitions/), and later layers ---
+    _open                    `stead.open`: keyword shortcuts → built-in plugins
+    cli/                     the `stead` command
 """
 
+import inspect as _inspect
+
+from stead._changes import RuntimeChange
+from stead._open import open
+from stead._plugin import Plugin
+from stead._runs import Run, Step
 from stead.agent import Acceptance, Agent, Input
 from stead.core.config import RetryPolicy
 from stead.core.events import (
@@ -40,8 +51,6 @@ from stead.errors import (
     StoreLocked,
 )
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, Usage
-from stead.observability import Run, Step
-from stead.orchestration import RuntimeChange
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -52,7 +61,7 @@ from stead.providers.base import (
     ToolSpec,
     UsageEvent,
 )
-from stead.system import AgentInfo, AgentSystem, open
+from stead.system import AgentInfo, AgentSystem
 from stead.tools import IN_DOUBT, RUN_AGAIN, CallKV, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -84,6 +93,7 @@ __all__ = [
     "Message",
     "MessageConsumed",
     "NotFound",
+    "Plugin",
     "Provider",
     "ProviderError",
     "ProviderRequest",
@@ -116,3 +126,10 @@ __all__ = [
     "open",
     "tool",
 ]
+
+# Each public name reports its tier (`stead`), as httpx does: help(), reprs and docs show the name to import.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or _inspect.isfunction(_obj):
+        _obj.__module__ = "stead"
+del _name, _obj, _inspect

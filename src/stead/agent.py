@@ -9,17 +9,18 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from stead._changes import CHANGES_KEY, RuntimeChange
 from stead._ids import is_valid_id, new_id
+from stead._plugin import IncomingMessage
 from stead.core import records as R
-from stead.core.config import PERMISSION_MODES
+from stead.core.config import PERMISSION_MODES, AgentConfig
 from stead.core.events import Event
 from stead.core.runtime import AgentRuntime, Inbound
 from stead.errors import InvalidId, InvalidInput
-from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, encode_block
+from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, decode_block, encode_block
 
 if TYPE_CHECKING:
-    from stead.orchestration import RuntimeChange
-    from stead.system import AgentSystem
+    from stead._admission import Admission
 
 __all__ = ["Acceptance", "Agent", "Input"]
 
@@ -48,8 +49,8 @@ class Input:
 class Agent:
     """A durable agent. Obtain one from `system.create(...)` or `system.get(id)`."""
 
-    def __init__(self, system: AgentSystem, runtime: AgentRuntime) -> None:
-        self._system = system
+    def __init__(self, admission: Admission, runtime: AgentRuntime) -> None:
+        self._admission = admission
         self._rt = runtime
 
     def __repr__(self) -> str:
@@ -62,6 +63,12 @@ class Agent:
     @property
     def name(self) -> str | None:
         return self._rt.config.name
+
+    @property
+    def config(self) -> AgentConfig:
+        """What the agent is (a copy of its stored configuration: provider, model, instructions, tools,
+        extras)."""
+        return copy.deepcopy(self._rt.config)
 
     @property
     def active(self) -> bool:
@@ -108,7 +115,8 @@ class Agent:
         they travel in the message metadata (`stead.changes`) and are as durable as the message."""
         settings = _settings(provider, model, effort, permission_mode, profile)
         if changes:
-            metadata = {**(metadata or {}), "stead.changes": self._system.orchestrator.check_changes(changes)}
+            # checked by the orchestration plugin's validator, like any message carrying changes
+            metadata = {**(metadata or {}), CHANGES_KEY: [_encode_change(c) for c in changes]}
         (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings)])
         return acc
 
@@ -132,14 +140,16 @@ class Agent:
 
     async def deliver(self, inputs: Sequence[Input]) -> list[Acceptance]:
         """Accept several messages in one transaction: all of them or none (A1)."""
-        self._system._check_open()
+        self._admission.check_open()
         items = [self._validate(i) for i in inputs]
         if not items:
             raise InvalidInput("deliver() needs at least one message")
         ids = [i.id for i in items]
         if len(set(ids)) != len(ids):
             raise InvalidInput("the same message id appears twice in one delivery")
-        created = await self._system._accept(self._rt, items)
+        for item in items:
+            self._admission.validate(self._incoming(item))
+        created = await self._admission.accept(self._rt, items)
         return [Acceptance(i.id, i.delivery, c) for i, c in zip(items, created, strict=True)]  # type: ignore[arg-type]
 
     def _validate(self, item: Input) -> Inbound:
@@ -167,20 +177,33 @@ class Agent:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, not {mode!r}")
         if "model" in settings and "provider" not in settings:
             current = str(self._rt.settings.get("provider"))
-            inferred = self._system.router.infer_provider(settings["model"], current)
+            inferred = self._admission.router.infer_provider(settings["model"], current)
             if inferred != current:
                 settings["provider"] = inferred
         if "provider" in settings or "model" in settings:
-            self._system._check_provider(
+            self._admission.router.check(
                 str(settings.get("provider", self._rt.settings.get("provider"))),
                 settings.get("model", self._rt.settings.get("model")),
             )
         content = [encode_block(b) for b in blocks]
         size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
-        limit = self._system._env.max_payload_bytes
+        limit = self._admission.max_payload_bytes
         if size > limit:
             raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes")
         return Inbound(msg_id, item.delivery, item.role, content, metadata, settings)
+
+    def _incoming(self, item: Inbound) -> IncomingMessage:
+        return IncomingMessage(
+            agent_id=self.id,
+            agent_name=self.name,
+            id=item.id,
+            delivery=item.delivery,
+            role=item.role,
+            content=[decode_block(b) for b in item.content],
+            metadata=item.metadata,
+            settings=item.settings,
+            agent_extra=self._rt.config.extra,
+        )
 
     async def abort(self) -> None:
         """Cancel the current turn (X1). Returns once the agent has settled; a no-op when idle."""
@@ -195,7 +218,7 @@ class Agent:
 
     async def history(self) -> list[Message]:
         """The conversation as stored (read from the store, not from memory)."""
-        async with self._system.store.transaction() as tx:
+        async with self._rt.env.store.transaction() as tx:
             raw = await tx.load(self.id)
         return R.build_messages([json.loads(r) for r in raw])
 
@@ -221,6 +244,12 @@ class _EventStream:
 
     async def aclose(self) -> None:
         self._rt.unsubscribe(self._q)
+
+
+def _encode_change(change: RuntimeChange) -> dict[str, Any]:
+    if not isinstance(change, RuntimeChange):
+        raise InvalidInput(f"changes must be stead.RuntimeChange objects, not {type(change).__name__}")
+    return change.encode()
 
 
 def _settings(

@@ -1,9 +1,13 @@
-"""`AgentSystem`: owns one store; creates, finds, restores and deletes agents; closes cleanly.
+"""`AgentSystem`: owns one store and its plugins; creates, finds, restores and deletes agents; closes cleanly.
+
+The system knows no layer above the kernel: run records, tracing, orchestration and every later layer are
+`stead.Plugin`s handed to `open_system` (`stead.open` adds the built-in ones for its keyword shortcuts).
+Plugins contribute tools, providers, hooks, per-dialect migrations, message validators and a start/close
+lifecycle, and reach the system through its public methods only.
 
 Opening restores exactly the agents that owe work, by reading their small pending records — never their
-transcripts (R3). Acceptances from concurrent callers are grouped into one transaction (group commit),
-each in its own savepoint, so a hundred concurrent senders cost one commit, and a failing one refuses only
-itself.
+transcripts (R3) — after every plugin has started, so restored agents run with all hooks installed.
+Acceptance (validation by plugins, group commit) lives in `stead._admission`.
 """
 
 from __future__ import annotations
@@ -11,40 +15,35 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from stead._admission import Admission
 from stead._ids import is_valid_id, new_id
+from stead._plugin import DefinitionSource, Plugin
+from stead._runs import Run, RunReader
 from stead.agent import Agent
-from stead.core.config import AgentConfig, Env, QueueMode, RetryPolicy
+from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
 from stead.core.hooks import Hooks, HookSet
 from stead.core.records import PENDING, SETTINGS, Pending
-from stead.core.runtime import AgentRuntime, Inbound, inside_agent
+from stead.core.runtime import AgentRuntime, inside_agent
 from stead.errors import (
     AgentNotFound,
-    Closed,
     CloseFromInside,
     ConfigurationError,
     InvalidId,
     InvalidInput,
-    StoreError,
 )
-from stead.observability import Run, RunRecorder, get_run, list_runs
 from stead.providers.base import Provider
 from stead.routing import ModelRouter
-from stead.store import Faults, Store, open_store
+from stead.store import Faults, Store, dialect_of, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
 
-if TYPE_CHECKING:
-    from stead.definitions import Registry
-    from stead.orchestration import OrchestrationHooks, Orchestrator
-
-__all__ = ["AgentInfo", "AgentSystem", "open"]
+__all__ = ["AgentInfo", "AgentSystem", "open_system"]
 
 log = logging.getLogger("stead.system")
 
@@ -62,18 +61,32 @@ class AgentInfo:
 class AgentSystem:
     """Every agent of one store. Use `await stead.open(url, ...)`, ideally as `async with`."""
 
-    def __init__(self, store: Store, env: Env, router: ModelRouter | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        env: Env,
+        router: ModelRouter | None = None,
+        plugins: Sequence[Plugin] = (),
+    ) -> None:
         self.store = store
         self._env = env
         self.router = router or ModelRouter(env.providers)
+        self._plugins: list[Plugin] = list(plugins)
+        self._started: list[Plugin] = []
         self._runtimes: dict[str, AgentRuntime] = {}
-        self._closing = False
         self._closed = asyncio.Event()
-        self._pending_accepts: list[tuple[AgentRuntime, list[Inbound], asyncio.Future[list[bool]]]] = []
-        self._flush_task: asyncio.Task[None] | None = None
-        self._inflight = 0
+        self._background: asyncio.Task[None] | None = None
+        self.admission = Admission(
+            store,
+            self.router,
+            max_payload_bytes=env.max_payload_bytes,
+            validators=[
+                p.validate_message
+                for p in self._plugins
+                if type(p).validate_message is not Plugin.validate_message
+            ],
+        )
         self.restored: list[str] = []
-        self._orchestrator: Orchestrator | None = None
 
     async def __aenter__(self) -> AgentSystem:
         return self
@@ -86,28 +99,42 @@ class AgentSystem:
     # ------------------------------------------------------------------ registry
     @property
     def tools(self) -> dict[str, Tool]:
+        """Every registered tool by name (the user's and the plugins')."""
         return self._env.tools
 
     @property
     def providers(self) -> dict[str, Provider]:
+        """Every registered provider by name (the user's and the plugins')."""
         return self._env.providers
 
     @property
-    def orchestrator(self) -> Orchestrator:
-        """Definitions, delegation and guardrails (`stead.open(definitions=...)`)."""
-        if self._orchestrator is None:
-            from stead.orchestration import Orchestrator as _Orchestrator
+    def plugins(self) -> list[Plugin]:
+        """The plugins of this system, in the order their hooks run."""
+        return list(self._plugins)
 
-            self._orchestrator = _Orchestrator(None)
-            self._orchestrator.bind(self)
-        return self._orchestrator
+    def plugin(self, name: str) -> Plugin:
+        """The plugin named `name`; `ConfigurationError` listing the loaded ones when there is none."""
+        for p in self._plugins:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self._plugins) or "none"
+        raise ConfigurationError(f"no plugin named {name!r} is loaded (plugins: {known})")
+
+    def has_plugin(self, name: str) -> bool:
+        return any(p.name == name for p in self._plugins)
+
+    def add_tools(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
+        """Register more tools (a plugin's `start` may, e.g. tools discovered from an MCP server)."""
+        _register_tools(self._env.tools, tools)
+
+    def loaded(self, agent_id: str) -> Agent | None:
+        """The agent if it is loaded in this process (no I/O; None otherwise). For hooks, which must not
+        block: `system.get` reads the store."""
+        rt = self._runtimes.get(agent_id)
+        return None if rt is None else Agent(self.admission, rt)
 
     def _check_open(self) -> None:
-        if self._closing:
-            raise Closed("the agent system is closed")
-
-    def _check_provider(self, name: str, model: Any) -> None:
-        self.router.check(name, model)
+        self.admission.check_open()
 
     # ------------------------------------------------------------------ agents
     async def create(
@@ -129,8 +156,9 @@ class AgentSystem:
     ) -> Agent:
         """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten.
 
-        `definition="name"` builds it from a definition of the registry given to `stead.open(definitions=)`:
-        its model, its instructions rendered with `data`, its tools, its sub-agents (as tools) and limits."""
+        `definition="name"` builds it from a definition of the registry given to `stead.open(definitions=)`
+        (any plugin that is a `DefinitionSource`): its model, its instructions rendered with `data`, its
+        tools, its sub-agents (as tools) and limits."""
         self._check_open()
         if definition is not None:
             if provider is not None or model is not None or instructions or tools or extra:
@@ -138,7 +166,7 @@ class AgentSystem:
                     "create(definition=...) takes its provider, model, instructions, tools and extra from "
                     "the definition; do not pass them too"
                 )
-            kwargs = self.orchestrator.config_for(definition, data=data)
+            kwargs = self._definition_source().config_for(definition, data=data)
             return await self.create(
                 agent_id=agent_id,
                 steering_mode=steering_mode,
@@ -154,7 +182,7 @@ class AgentSystem:
         provider = self.router.provider_name(provider, model)
         if model is None:
             model = "default"
-        self._check_provider(provider, model)
+        self.router.check(provider, model)
         unknown = [t for t in tools if t not in self._env.tools]
         if unknown:
             known = ", ".join(sorted(self._env.tools)) or "none"
@@ -162,8 +190,6 @@ class AgentSystem:
         for mode in (steering_mode, send_mode):
             if mode not in ("one-at-a-time", "all"):
                 raise InvalidInput(f"queue mode must be 'one-at-a-time' or 'all', not {mode!r}")
-        from stead.core.config import PERMISSION_MODES
-
         if permission_mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
         config = AgentConfig(
@@ -184,7 +210,16 @@ class AgentSystem:
                 raise InvalidInput(f"an agent with id {aid} already exists")
         rt = AgentRuntime(aid, config, self._env)
         self._runtimes[aid] = rt
-        return Agent(self, rt)
+        return Agent(self.admission, rt)
+
+    def _definition_source(self) -> DefinitionSource:
+        for p in self._plugins:
+            if isinstance(p, DefinitionSource):
+                return p
+        raise ConfigurationError(
+            "create(definition=...) needs definitions: open the system with definitions=DIR "
+            "(or a plugin that provides them)"
+        )
 
     async def get(self, agent_id: str, *, resume: bool = False) -> Agent:
         """The agent with this id; raises `AgentNotFound`.
@@ -210,14 +245,14 @@ class AgentSystem:
                 )
                 if settings:
                     rt._settings = json.loads(settings)
-                if resume and pending is not None and not self._closing:
+                if resume and pending is not None and not self.closing:
                     rt.restore(pending)
-        return Agent(self, rt)
+        return Agent(self.admission, rt)
 
     @property
     def closing(self) -> bool:
         """Whether `close()` has begun: no new work is accepted and agents stop at their next boundary."""
-        return self._closing
+        return self.admission.closing
 
     async def agents(self) -> list[AgentInfo]:
         """Every agent with whether it owes work."""
@@ -241,74 +276,6 @@ class AgentSystem:
         self._runtimes.pop(agent_id, None)
         if not existed:
             raise AgentNotFound(f"no agent with id {agent_id!r}")
-
-    # ------------------------------------------------------------------ acceptance (group commit)
-    async def _accept(self, rt: AgentRuntime, items: list[Inbound]) -> list[bool]:
-        rt.check_open()
-        rt.begin_accept()
-        self._inflight += 1
-        try:
-            outer = self.store.current()
-            if outer is not None:
-                # A6: inside the caller's transaction; published when (and only if) the caller commits
-                return [await rt.accept(outer, item) for item in items]
-            fut: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
-            self._pending_accepts.append((rt, items, fut))
-            if self._flush_task is None:
-                self._flush_task = asyncio.get_running_loop().create_task(self._flush())
-            return await fut
-        finally:
-            self._inflight -= 1
-            rt.end_accept()
-
-    async def _flush(self) -> None:
-        """Commit every acceptance submitted so far in one transaction (group commit).
-
-        Optimistically the whole group commits without savepoints; if one acceptance fails (a refusing
-        activation hook, a store error), the group is rolled back and retried with each sender in its own
-        savepoint, so a failure refuses only its own sender."""
-        await asyncio.sleep(0)  # one scheduling round: concurrent senders join this commit
-        batch, self._pending_accepts = self._pending_accepts, []
-        self._flush_task = None
-        try:
-            try:
-                outcomes = await self._commit_group(batch, isolate=False)
-            except Exception:
-                if len(batch) == 1:
-                    raise
-                outcomes = await self._commit_group(batch, isolate=True)
-        except BaseException as e:
-            for _, _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(e if isinstance(e, Exception) else StoreError(str(e)))
-            if not isinstance(e, Exception):
-                raise
-            return
-        for (_, _, fut), outcome in zip(batch, outcomes, strict=True):
-            if fut.done():
-                continue
-            if isinstance(outcome, BaseException):
-                fut.set_exception(outcome)
-            else:
-                fut.set_result(outcome)
-
-    async def _commit_group(
-        self, batch: list[tuple[AgentRuntime, list[Inbound], asyncio.Future[list[bool]]]], *, isolate: bool
-    ) -> list[list[bool] | BaseException]:
-        outcomes: list[list[bool] | BaseException] = []
-        async with self.store.transaction() as tx:
-            for rt, items, _ in batch:
-                if not isolate:
-                    outcomes.append([await rt.accept(tx, item) for item in items])
-                    continue
-                try:
-                    async with tx.savepoint():
-                        created = [await rt.accept(tx, item) for item in items]
-                    # only once the savepoint is released (a failing RELEASE refuses this sender)
-                    outcomes.append(created)
-                except Exception as e:
-                    outcomes.append(e)
-        return outcomes
 
     # ------------------------------------------------------------------ restore / close
     async def _restore(self, only: Collection[str] | None = None) -> None:
@@ -334,143 +301,165 @@ class AgentSystem:
         await asyncio.gather(*(rt.wait_stopped() for rt in list(self._runtimes.values())))
 
     async def close(self) -> None:
-        """Refuse new work, finish admitted acceptances, drain every agent, release the store.
+        """Refuse new work, finish admitted acceptances, drain every agent, close the plugins, release the
+        store.
 
         From inside an agent's own loop (a tool, a hook) this raises `CloseFromInside` instead of waiting
         on itself; the close still happens once that agent's turn ends."""
         if inside_agent.get() is not None:
-            if not self._closing:
-                self._closing = True
-                task = asyncio.get_running_loop().create_task(self._close())
-                self._background = task
+            if not self.closing:
+                self.admission.closing = True
+                self._background = asyncio.get_running_loop().create_task(self._close())
             raise CloseFromInside(
                 "close() was called from inside an agent's own loop; it will complete "
                 "after the current turn instead of waiting on itself"
             )
-        if self._closing:
+        if self.closing:
             await self._closed.wait()
             return
-        self._closing = True
+        self.admission.closing = True
         await self._close()
 
     async def _close(self) -> None:
         try:
-            while self._flush_task is not None or self._pending_accepts:
-                task = self._flush_task
-                if task is not None:
-                    await asyncio.wait([task])
-                else:
-                    await asyncio.sleep(0)
+            await self.admission.wait_flushed()
             await self.drain()
             for rt in self._runtimes.values():
                 rt.closed = True
                 rt.close_streams()
+            await self._stop_plugins()
             await self.router.aclose()  # the HTTP clients of drivers built for catalog routes
             await self.store.close()
         finally:
             self._closed.set()
 
+    async def _start_plugins(self) -> None:
+        for p in self._plugins:
+            await p.start(self)
+            self._started.append(p)
+
+    async def _stop_plugins(self) -> None:
+        """Close started plugins in reverse order; a failing close is logged and never stops the others."""
+        while self._started:
+            p = self._started.pop()
+            try:
+                await p.close(self)
+            except Exception:
+                log.exception("closing plugin %r failed (ignored)", p.name)
+
     def abandon(self) -> None:
         """Drop everything in memory without writing (tests: after an injected store crash)."""
-        self._closing = True
+        self.admission.closing = True
         for rt in self._runtimes.values():
             rt.kill()
             rt.closed = True
         self._closed.set()
 
-    # ------------------------------------------------------------------ run records (DESIGN §8)
+    # ------------------------------------------------------------------ run records (docs/observability.md)
+    def _run_reader(self) -> RunReader:
+        for p in self._plugins:
+            if isinstance(p, RunReader):
+                return p
+        raise ConfigurationError("run records are off: open the system with records=True (the default)")
+
     async def runs(self, agent_id: str | None = None, limit: int = 50) -> list[Run]:
         """Recorded runs, newest first (optionally of one agent), without steps or children."""
-        return await list_runs(self.store, agent_id, limit)
+        return await self._run_reader().runs(agent_id, limit)
 
     async def run(self, run_id: str) -> Run:
         """One recorded run with its steps and child runs (recursively); raises `stead.RunNotFound`."""
-        return await get_run(self.store, run_id)
+        return await self._run_reader().run(run_id)
 
 
-async def open(
-    url: str = "sqlite:///stead.db",
+def _register_tools(into: dict[str, Tool], tools: Iterable[Tool | Callable[..., Any]]) -> None:
+    """Add tools by name; the same tool twice is kept once, two different tools of one name are refused."""
+    for t in tools:
+        t_obj = t if isinstance(t, Tool) else tool(t)
+        known = into.get(t_obj.name)
+        if known is not None:
+            if known is t_obj or known.fn is t_obj.fn:
+                continue
+            raise ConfigurationError(f"two tools are named {t_obj.name!r}")
+        into[t_obj.name] = t_obj
+
+
+def _collect_migrations(
+    plugins: Sequence[Plugin], hooks: Sequence[Hooks], dialect: str
+) -> dict[str, list[str]]:
+    """Every module's scripts for the store's dialect. A plugin with migrations but none for this dialect
+    cannot be opened here (its SQL would fail later, mid-run)."""
+    out: dict[str, list[str]] = {}
+    sources: list[tuple[str, Mapping[str, Sequence[str]]]] = []
+    for p in plugins:
+        if not p.migrations:
+            continue
+        scripts = p.migrations.get(dialect)
+        if scripts is None:
+            have = ", ".join(sorted(p.migrations))
+            raise ConfigurationError(
+                f"plugin {p.name!r} has no schema migrations for {dialect} stores (it has: {have})"
+            )
+        sources.append((f"plugin {p.name!r}", scripts))
+    for h in hooks:
+        if isinstance(h, Plugin):
+            continue  # a plugin that is its own hooks declared its migrations per dialect, above
+        legacy = type(h).migrations  # Hooks.migrations: module -> scripts, SQLite dialect
+        if legacy:
+            if dialect != "sqlite":
+                raise ConfigurationError(
+                    f"hooks {type(h).__name__} declare SQLite migrations only; wrap them in a stead.Plugin "
+                    f"with migrations for {dialect}"
+                )
+            sources.append((f"hooks {type(h).__name__}", legacy))
+    for who, scripts in sources:
+        for module, module_scripts in scripts.items():
+            if module in out and out[module] != list(module_scripts):
+                raise ConfigurationError(f"{who} declares different migrations for module {module!r}")
+            out[module] = list(module_scripts)
+    return out
+
+
+async def open_system(
+    url: str,
     *,
-    providers: dict[str, Provider] | None = None,
+    plugins: Sequence[Plugin] = (),
+    providers: Mapping[str, Provider] | None = None,
     tools: Iterable[Tool | Callable[..., Any]] = (),
-    hooks: Hooks | Sequence[Hooks] | None = None,
+    hooks: Sequence[Hooks] = (),
     retry: RetryPolicy | None = None,
     faults: Faults | None = None,
     max_payload_bytes: int = 1_000_000,
     restore: bool | Collection[str] = True,
-    records: bool = True,
-    tracer_provider: Any = None,
-    definitions: str | os.PathLike[str] | Registry | None = None,
-    max_concurrent_delegations: int = 5,
-    max_delegation_depth: int = 4,
-    clock: Callable[[], float] | None = None,
 ) -> AgentSystem:
-    """Open (or create) the store at `url`, register providers and tools, and restore every agent that
-    owes work (`restore=False`: none, for inspection; a collection of ids: only those). Raises
-    `stead.StoreLocked` at once if another process owns the store.
+    """Open the store at `url` with `plugins` and return the system (what `stead.open` does once it has
+    turned its keyword shortcuts into plugins).
 
-    `records=True` (the default) installs a `RunRecorder` (run records, `system.runs()`) unless `hooks`
-    already holds one; `tracer_provider=` installs `TracingHooks` (OpenTelemetry GenAI spans).
-
-    `definitions=` (a directory of agent definitions, or a `stead.definitions.Registry`) enables
-    `system.create(definition=...)`: the definitions' tools and scripted models are registered, each
-    definition becomes a delegation tool for the agents that list it as a sub-agent (at most
-    `max_concurrent_delegations` running per parent, `max_delegation_depth` levels deep), and runtime changes
-    and guardrails are installed (`clock` measures wall time for `limits.max_wall_seconds`)."""
-    orchestrator: Orchestrator | None = None
-    orchestration_hooks: OrchestrationHooks | None = None
-    if definitions is not None:
-        from stead.definitions import Registry, load_registry
-        from stead.orchestration import OrchestrationHooks as _Hooks
-        from stead.orchestration import Orchestrator as _Orchestrator
-
-        registry = definitions if isinstance(definitions, Registry) else load_registry(definitions)
-        orchestrator = _Orchestrator(
-            registry,
-            max_concurrent_delegations=max_concurrent_delegations,
-            max_delegation_depth=max_delegation_depth,
-            clock=clock,
-        )
-        providers = {**orchestrator.providers(), **(providers or {})}
-        user_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
-        by_name = {t.name: t for t in user_tools}
-        for d_tool in orchestrator.tools():
-            mine = by_name.get(d_tool.name)
-            if mine is not None and mine.fn is not d_tool.fn and orchestrator.is_sub_agent(d_tool.name):
-                raise ConfigurationError(
-                    f"tool {d_tool.name!r} has the name of a definition (a sub-agent tool)"
-                )
-        tools = [*user_tools, *(t for t in orchestrator.tools() if t.name not in by_name)]
-        orchestration_hooks = _Hooks(
-            orchestrator.clock, lambda: any(isinstance(h, RunRecorder) for h in env.hooks.hooks)
-        )
+    Order: every plugin's tools, providers, hooks and migrations are collected (`hooks` run before the
+    plugins' hooks); the store opens and migrates; plugins start in order; then agents that owe work are
+    restored (`restore=False`: none; a collection of ids: only those)."""
+    names = [p.name for p in plugins]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigurationError(f"two plugins are named {', '.join(map(repr, dupes))}")
+    provider_map: dict[str, Provider] = {}
     tool_map: dict[str, Tool] = {}
-    for t in tools:
-        t_obj = t if isinstance(t, Tool) else tool(t)
-        if t_obj.name in tool_map:
-            raise ConfigurationError(f"two tools are named {t_obj.name!r}")
-        tool_map[t_obj.name] = t_obj
-    hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
-    if records and not any(isinstance(h, RunRecorder) for h in hook_list):
-        hook_list.insert(0, RunRecorder(orchestrator.is_sub_agent if orchestrator is not None else None))
-    if orchestration_hooks is not None:
-        hook_list.append(orchestration_hooks)
-    if tracer_provider is not None:
-        from stead.observability.tracing import TracingHooks
-
-        if not any(isinstance(h, TracingHooks) for h in hook_list):
-            hook_list.append(TracingHooks(tracer_provider))
-    migrations: dict[str, list[str]] = {}
-    for h in hook_list:
-        for module, scripts in type(h).migrations.items():
-            if module in migrations and migrations[module] != scripts:
-                raise ConfigurationError(f"two hooks declare different migrations for module {module!r}")
-            migrations[module] = list(scripts)
+    hook_list: list[Hooks] = list(hooks)
+    for p in plugins:
+        for pname, prov in p.providers().items():
+            if pname in provider_map and provider_map[pname] is not prov:
+                raise ConfigurationError(f"two plugins register a provider named {pname!r}")
+            provider_map[pname] = prov
+        hook_list.extend(p.hooks())
+    provider_map.update(providers or {})  # the caller's own providers win over plugins'
+    _register_tools(tool_map, tools)
+    for p in plugins:
+        _register_tools(tool_map, p.tools())
+    migrations = _collect_migrations(plugins, hook_list, dialect_of(url))
     store = await open_store(url, faults=faults, migrations=migrations)
-    router = ModelRouter(providers or {})
+    router = ModelRouter(provider_map)
     env = Env(
         store=store,
-        providers=dict(providers or {}),
+        providers=provider_map,
         tools=tool_map,
         hooks=HookSet(hook_list),
         retry=retry or RetryPolicy(),
@@ -478,18 +467,17 @@ async def open(
     )
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
-    system = AgentSystem(store, env, router)
-    if orchestrator is not None:
-        orchestrator.bind(system)
-        system._orchestrator = orchestrator
-    if orchestration_hooks is not None:
-        orchestration_hooks.bind(system)
+    system = AgentSystem(store, env, router, plugins)
     try:
+        await system._start_plugins()
         if restore is True:
             await system._restore()
         elif restore:
             await system._restore(only=set(restore))
     except BaseException:
+        await system._stop_plugins()
         await store.close()
         raise
+    if system.restored:
+        log.info("resumed %d agent(s) that owed work: %s", len(system.restored), ", ".join(system.restored))
     return system

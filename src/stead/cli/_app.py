@@ -134,12 +134,13 @@ class _TeamProgress(stead.Hooks):
         self.names: dict[str, str] = {}
 
     def _who(self, agent_id: str) -> tuple[str, int]:
-        rt = self.system._runtimes.get(agent_id) if self.system is not None else None
-        if rt is None:
+        agent = self.system.loaded(agent_id) if self.system is not None else None
+        if agent is None:
             return agent_id, 1
-        chain = rt.config.extra.get("stead.chain")
+        config = agent.config
+        chain = config.extra.get("stead.chain")
         depth = len(chain) - 1 if isinstance(chain, list) and chain else 1
-        return rt.config.name or agent_id, max(depth, 1)
+        return config.name or agent_id, max(depth, 1)
 
     def on_event(self, agent_id: str, event: stead.Event) -> None:
         if agent_id == self.root or self.root is None:

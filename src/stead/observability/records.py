@@ -19,9 +19,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from stead._ids import new_id
+from stead._plugin import STEP_TYPE_KEY
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.messages import Text, ToolCall, ToolResult
 from stead.store.base import Tx
@@ -31,6 +32,7 @@ __all__ = [
     "PARENT_KEY",
     "SESSION_KEY",
     "STEP_TYPES",
+    "STEP_TYPE_KEY",
     "RunRecorder",
     "parent_link",
     "record_guardrail",
@@ -47,6 +49,9 @@ STEP_TYPES = ("prompt", "tool", "sub_agent", "guardrail", "validation", "memory"
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "awaiting_input")
 SEPARATOR = " → "
 _NO_USAGE = (None, None, None, None)
+
+RECORDS_MODULE = "observability"
+"""The schema module of the run-record tables."""
 
 # Migration scripts are split on ';' by the store: no semicolons inside statements.
 MIGRATIONS: list[str] = [
@@ -231,11 +236,15 @@ async def record_step(
     step_id: str | None = None,
 ) -> str:
     """Append one step to a run inside `tx` (the next number; the name gets the run's breadcrumb) and return
-    its id. For layers above the kernel: validation, memory, compaction and guardrail steps."""
+    its id. For layers above the kernel: validation, memory, compaction and guardrail steps. With run
+    records off (no records plugin in this system) nothing is written and the id is still returned, so a
+    plugin records its steps without caring whether records are on."""
     if type not in STEP_TYPES:
         raise ValueError(f"step type must be one of {', '.join(STEP_TYPES)}, not {type!r}")
-    now = time.time()
     sid = step_id or new_id()
+    if RECORDS_MODULE not in tx.store.modules:
+        return sid
+    now = time.time()
     done = completed_at if completed_at is not None else (None if status == "running" else now)
     await tx.execute(
         _INSERT_STEP,
@@ -289,12 +298,12 @@ class _Live:
 
 
 class RunRecorder(Hooks):
-    """Hooks that write run records. Installed by `stead.open(..., records=True)` (the default).
+    """Hooks that write run records; installed by `RecordsPlugin` (`stead.open(..., records=True)`, the
+    default), which also creates their tables.
 
-    `is_sub_agent(tool_name)` tells which tools delegate to a sub-agent; their steps get type `sub_agent`.
+    `is_sub_agent(tool_name)` tells which tools delegate to a sub-agent; their steps get type `sub_agent`
+    (by default: tools whose `metadata["stead.step_type"]` is `"sub_agent"`).
     """
-
-    migrations: ClassVar[dict[str, list[str]]] = {"observability": MIGRATIONS}
 
     def __init__(self, is_sub_agent: Callable[[str], bool] | None = None) -> None:
         self.is_sub_agent = is_sub_agent

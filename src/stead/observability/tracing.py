@@ -25,7 +25,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -44,10 +44,6 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _INSTANCES: weakref.WeakSet[TracingHooks] = weakref.WeakSet()
 
 OP = "gen_ai.operation.name"
-TABLE_MIGRATIONS = [
-    "CREATE TABLE stead_trace_runs "
-    "(run_id TEXT PRIMARY KEY, traceparent TEXT NOT NULL, parent_traceparent TEXT)"
-]
 
 
 def _ns(seconds: float) -> int:
@@ -111,8 +107,6 @@ class TracingHooks(Hooks):
     `tracer_provider`: an OpenTelemetry `TracerProvider` (default: the global one). `capture_content`: also
     record message content (`gen_ai.input.messages`, `gen_ai.output.messages`, tool call arguments and
     results) — off by default, since content may be sensitive."""
-
-    migrations: ClassVar[dict[str, list[str]]] = {"tracing": TABLE_MIGRATIONS}
 
     def __init__(
         self, tracer_provider: TracerProvider | None = None, *, capture_content: bool = False

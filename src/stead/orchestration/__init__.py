@@ -1,11 +1,15 @@
-"""Orchestration (DESIGN §7): agents built from definitions, sub-agent delegation, runtime changes and
-guardrails. See docs/orchestration.md.
+"""Orchestration (docs/orchestration.md): agents built from definitions, sub-agent delegation, runtime
+changes and guardrails — a plugin (`OrchestrationPlugin`).
 
-`stead.open(url, definitions="examples/team")` wires it in; `await system.create(definition="orchestrator")`
-builds an agent of a definition.
+`stead.open(url, definitions="examples/team")` adds it; `await system.create(definition="orchestrator")`
+builds an agent of a definition; `orchestrator_of(system)` is its `Orchestrator`.
 """
 
-from stead.orchestration._changes import CHANGES_KEY, RuntimeChange, applicable, effective, propagate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from stead._changes import CHANGES_KEY, RuntimeChange, applicable, effective, propagate
 from stead.orchestration._hooks import GUARD_KEY, OrchestrationHooks
 from stead.orchestration._orchestrator import (
     DEFAULT_MAX_CONCURRENT_DELEGATIONS,
@@ -14,6 +18,10 @@ from stead.orchestration._orchestrator import (
     DelegationError,
     Orchestrator,
 )
+from stead.orchestration._plugin import OrchestrationPlugin
+
+if TYPE_CHECKING:
+    from stead.system import AgentSystem
 
 __all__ = [
     "CHANGES_KEY",
@@ -23,9 +31,16 @@ __all__ = [
     "RUN_CHANGES_KEY",
     "DelegationError",
     "OrchestrationHooks",
+    "OrchestrationPlugin",
     "Orchestrator",
     "RuntimeChange",
     "applicable",
     "effective",
+    "orchestrator_of",
     "propagate",
 ]
+
+
+def orchestrator_of(system: AgentSystem) -> Orchestrator:
+    """The `Orchestrator` of a system opened with definitions (`ConfigurationError` otherwise)."""
+    return cast(OrchestrationPlugin, system.plugin("orchestration")).orchestrator

@@ -22,9 +22,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from stead._changes import CHANGES_KEY, decode_changes, effective
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.extend import record_step
 from stead.messages import ToolCall, ToolResult, dumps
-from stead.orchestration._changes import CHANGES_KEY, decode_changes, effective
 from stead.orchestration._orchestrator import (
     RUN_CHANGES_KEY,
     X_DEFINITION,
@@ -46,9 +47,8 @@ GUARD_KEY = "kv.r.stead.guard"
 class OrchestrationHooks(Hooks):
     """Runtime changes and guardrails. Installed by `stead.open(definitions=...)`."""
 
-    def __init__(self, clock: Callable[[], float], records: Callable[[], bool]) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self._records = records
         self._system: AgentSystem | None = None
         self._views: dict[str, list[str]] = {}  # run id → the tools (and sub-agents) that run offers
         self._violations: dict[str, tuple[str, str]] = {}  # run id → (limit, reason)
@@ -58,17 +58,17 @@ class OrchestrationHooks(Hooks):
         self._system = system
 
     # ------------------------------------------------------------------ helpers
+    def _records(self) -> bool:
+        """Whether run records are on (guardrail violations are then recorded as steps)."""
+        return self._system is not None and self._system.has_plugin("records")
+
     def _config(self, agent_id: str) -> AgentConfig | None:
-        if self._system is None:
-            return None
-        rt = self._system._runtimes.get(agent_id)
-        return None if rt is None else rt.config
+        agent = self._system.loaded(agent_id) if self._system is not None else None
+        return None if agent is None else agent.config
 
     @staticmethod
-    def _limits(config: AgentConfig | None) -> dict[str, Any] | None:
-        if config is None:
-            return None
-        limits = config.extra.get(X_LIMITS)
+    def _limits(ctx: HookContext) -> dict[str, Any] | None:
+        limits = ctx.extra.get(X_LIMITS)
         return limits if isinstance(limits, dict) and limits else None
 
     @staticmethod
@@ -121,11 +121,11 @@ class OrchestrationHooks(Hooks):
             await tx.write(agent_id, RUN_CHANGES_KEY, dumps(raw))
             run_id = ctx.run_id
             tx.after_commit(lambda: self._apply_view(agent_id, run_id, raw))
-        if self._limits(self._config(agent_id)) is not None:
+        if self._limits(ctx) is not None:
             await tx.write(agent_id, GUARD_KEY, dumps({"t0": self.clock()}))
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
-        if ctx.tx is None or ctx.run_id is None or self._limits(self._config(ctx.agent_id)) is None:
+        if ctx.tx is None or ctx.run_id is None or self._limits(ctx) is None:
             return
         violation = self._violations.get(ctx.run_id)
         if violation is not None and info.error == violation[1]:
@@ -139,7 +139,7 @@ class OrchestrationHooks(Hooks):
         await ctx.tx.write(ctx.agent_id, GUARD_KEY, dumps(state))
 
     async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
-        limits = self._limits(self._config(ctx.agent_id))
+        limits = self._limits(ctx)
         if ctx.tx is None or limits is None:
             return
         max_calls = limits.get("max_calls") or {}
@@ -159,9 +159,7 @@ class OrchestrationHooks(Hooks):
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
         refused = self._refused.pop(call.id or "", None)
         if refused is not None and ctx.tx is not None and ctx.run_id is not None and self._records():
-            from stead.observability.records import record_guardrail
-
-            await record_guardrail(ctx.tx, ctx.run_id, refused[0], refused[1], detail={"call_id": call.id})
+            await _record_violation(ctx.tx, ctx.run_id, refused[0], refused[1], detail={"call_id": call.id})
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         if ctx.run_id is None:
@@ -171,13 +169,11 @@ class OrchestrationHooks(Hooks):
             ctx.tx.after_commit(lambda: self._views.pop(run_id, None))
         violation = self._violations.pop(ctx.run_id, None)
         if violation is not None and error == violation[1] and ctx.tx is not None and self._records():
-            from stead.observability.records import record_guardrail
-
-            await record_guardrail(ctx.tx, ctx.run_id, violation[0], violation[1])
+            await _record_violation(ctx.tx, ctx.run_id, violation[0], violation[1])
 
     # ------------------------------------------------------------------ decisions
     async def before_inference(self, ctx: HookContext) -> str | None:
-        limits = self._limits(self._config(ctx.agent_id))
+        limits = self._limits(ctx)
         if limits is None or ctx.run_id is None:
             return None
         state = await self._guard(ctx)
@@ -188,7 +184,7 @@ class OrchestrationHooks(Hooks):
         return found[1]
 
     async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
-        limits = self._limits(self._config(ctx.agent_id))
+        limits = self._limits(ctx)
         if limits is None or not limits.get("max_calls") or call.id is None:
             return None
         state = await self._guard(ctx)
@@ -203,6 +199,14 @@ class OrchestrationHooks(Hooks):
         )
         self._refused[call.id] = (name, reason)
         return ToolResult(call.id, reason, True)
+
+
+async def _record_violation(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> None:
+    """A violated limit as a failed `guardrail` step of the run (nothing when run records are off)."""
+    output: dict[str, Any] = {"violation": error}
+    if detail is not None:
+        output["detail"] = detail
+    await record_step(tx, run_id, "guardrail", name, status="failed", target=name, output=output, error=error)
 
 
 def _violated(limits: dict[str, Any], state: dict[str, Any], now: float) -> tuple[str, str] | None:

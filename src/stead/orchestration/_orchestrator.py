@@ -23,14 +23,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead._ids import new_id
+from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition, parse_model
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
 from stead.messages import Message, Text
-from stead.orchestration._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
@@ -239,7 +240,8 @@ class Orchestrator:
         return {"name": name, "description": (d.description or "") if d is not None else ""}
 
     def check_changes(self, changes: Sequence[RuntimeChange]) -> list[dict[str, Any]]:
-        """Validate changes for `agent.send(changes=...)` and encode them for the message metadata."""
+        """Validate changes (adds must name a registered tool or a definition) and encode them for the
+        message metadata."""
         out: list[dict[str, Any]] = []
         for c in changes:
             if not isinstance(c, RuntimeChange):
@@ -269,7 +271,19 @@ class Orchestrator:
         description = f"Delegate a task to the sub-agent {target!r}"
         if definition.description:
             description += f": {definition.description}"
-        return tool(name=target, description=description, durable=True)(delegate)
+        t = tool(name=target, description=description, durable=True)(delegate)
+        t.metadata[STEP_TYPE_KEY] = "sub_agent"  # run records type its calls as sub-agent steps
+        return t
+
+    def _traceparent(self, call_id: str) -> str | None:
+        """The W3C traceparent of the delegating call's span, from a tracing plugin if one is loaded, so
+        the child's spans nest under the parent's `execute_tool` span."""
+        for p in self.system.plugins:
+            if isinstance(p, TraceContextSource):
+                found = p.traceparent_for_call(call_id)
+                if found is not None:
+                    return found
+        return None
 
     def _semaphore(self, agent_id: str) -> asyncio.Semaphore:
         sem = self._semaphores.get(agent_id)
@@ -290,7 +304,7 @@ class Orchestrator:
     ) -> str:
         system = self.system
         parent = await system.get(ctx.agent_id)
-        parent_config = parent._rt.config
+        parent_config = parent.config
         chain = chain_of(parent_config)
         if target in chain:
             raise DelegationError(
@@ -314,9 +328,7 @@ class Orchestrator:
                     "agent_id": ctx.agent_id,
                     "breadcrumb": " → ".join(chain),
                 }
-                from stead.observability import traceparent_for_call
-
-                traceparent = traceparent_for_call(ctx.call_id)
+                traceparent = self._traceparent(ctx.call_id)
                 if traceparent is not None:
                     link["traceparent"] = traceparent
                 metadata: dict[str, Any] = {PARENT_KEY: link}

@@ -9,7 +9,16 @@ from stead.store.base import AgentRow, Store, Tx
 from stead.store.faults import Faults
 from stead.store.sqlite import SqliteStore
 
-__all__ = ["AgentRow", "Faults", "SqliteStore", "Store", "Tx", "open_store"]
+__all__ = ["AgentRow", "Faults", "SqliteStore", "Store", "Tx", "dialect_of", "open_store"]
+
+
+def dialect_of(url: str) -> str:
+    """The SQL dialect of the store a URL names (`sqlite` or `postgresql`): which migrations it runs."""
+    if url.startswith("sqlite:"):
+        return "sqlite"
+    if url.startswith(("postgresql:", "postgres:")):
+        return "postgresql"
+    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")
 
 
 async def open_store(

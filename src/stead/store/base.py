@@ -36,6 +36,11 @@ class AgentRow:
 class Tx(Protocol):
     """An open transaction. Every method is a store operation (counted by fault injection)."""
 
+    @property
+    def store(self) -> Store:
+        """The store this transaction belongs to."""
+        ...
+
     # --- per-agent ordered KV -------------------------------------------------------------------
     async def get(self, agent_id: str, key: str) -> str | None: ...
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
@@ -98,6 +103,11 @@ class Store(Protocol):
 
     url: str
     ops: int
+    dialect: str
+    """`sqlite` or `postgresql`: which of a plugin's migrations this store runs."""
+    modules: frozenset[str]
+    """The schema modules (plugin tables) migrated when this store was opened: what its system's plugins
+    own. A layer that writes into another layer's tables checks its module here first."""
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """Open a transaction, or join the one the current task already has open on this store."""

@@ -87,6 +87,8 @@ class SqliteStore:
         self._crashed = False
         self.ops = 0
         self.commits = 0
+        self.dialect = "sqlite"
+        self.modules: frozenset[str] = frozenset()
 
     # ---------------------------------------------------------------- opening / closing
     @classmethod
@@ -124,7 +126,9 @@ class SqliteStore:
             if lock_fd is not None:
                 os.close(lock_fd)
             raise
-        return cls(url, path, conn, lock_fd, faults)
+        store = cls(url, path, conn, lock_fd, faults)
+        store.modules = frozenset(migrations or {})
+        return store
 
     async def close(self) -> None:
         async with self._write_lock:

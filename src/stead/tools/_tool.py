@@ -66,6 +66,8 @@ class Tool:
     durable: bool = False
     transactional: bool = False
     reconcile_fn: ReconcileFn | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form facts for higher layers (e.g. `stead.step_type`: how run records type its steps)."""
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     _ctx_param: str | None = field(default=None, repr=False)
     _is_async: bool = field(default=True, repr=False)

@@ -1,0 +1,122 @@
+"""`stead.open`: the composition root. Turns the keyword shortcuts into the built-in plugins and opens the
+system with them (`stead.system.open_system`).
+
+This is the one module that knows the built-in layers by name; it imports each only when its shortcut is
+used, so `import stead` loads none of them (no Jinja2, no definitions, no orchestration) and the system
+itself never imports a layer above the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from stead._plugin import Plugin
+from stead.core.config import RetryPolicy
+from stead.core.hooks import Hooks
+from stead.providers.base import Provider
+from stead.store.faults import Faults
+from stead.system import AgentSystem, open_system
+from stead.tools._tool import Tool
+
+if TYPE_CHECKING:
+    from stead.definitions import Registry
+    from stead.observability.records import RunRecorder
+
+__all__ = ["open"]
+
+
+async def open(
+    url: str = "sqlite:///stead.db",
+    *,
+    plugins: Sequence[Plugin] = (),
+    providers: dict[str, Provider] | None = None,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    hooks: Hooks | Sequence[Hooks] | None = None,
+    retry: RetryPolicy | None = None,
+    faults: Faults | None = None,
+    max_payload_bytes: int = 1_000_000,
+    restore: bool | Collection[str] = True,
+    records: bool = True,
+    tracer_provider: Any = None,
+    definitions: str | os.PathLike[str] | Registry | None = None,
+    max_concurrent_delegations: int = 5,
+    max_delegation_depth: int = 4,
+    clock: Callable[[], float] | None = None,
+) -> AgentSystem:
+    """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
+    (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
+    at once if another process owns the store. Resumed agents are logged (`stead.system`, INFO).
+
+    `plugins=[...]` extends the system (`stead.Plugin`). The keywords are shortcuts that add built-in
+    plugins: `records=True` (the default) run records (`system.runs()`; a `RunRecorder` given in `hooks` is
+    used instead of a new one); `tracer_provider=` OpenTelemetry GenAI spans; `definitions=` (a directory of
+    agent definitions, or a `stead.definitions.Registry`) `system.create(definition=...)` with durable
+    sub-agent delegation (at most `max_concurrent_delegations` running per parent, `max_delegation_depth`
+    levels deep), runtime changes and guardrails (`clock` measures `limits.max_wall_seconds`).
+
+    Hooks run in this order: run records, `hooks`, orchestration, `plugins` (in order), tracing."""
+    hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
+    # built-in hook objects given directly become their plugins (which bring their tables)
+    recorders = _instances(hook_list, "stead.observability.records", "RunRecorder")
+    tracers = _instances(hook_list, "stead.observability.tracing", "TracingHooks")
+    hook_list = [h for h in hook_list if h not in recorders[:1] and h not in tracers[:1]]
+    ordered: list[Plugin] = []
+    if records or recorders:
+        from stead.observability.plugin import RecordsPlugin
+
+        ordered.append(RecordsPlugin(cast("RunRecorder", recorders[0]) if recorders else None))
+    ordered.append(_UserHooks(hook_list))  # the caller's hooks run right after the run records
+    if definitions is not None:
+        from stead.definitions import Registry as _Registry
+        from stead.definitions import load_registry
+        from stead.orchestration._plugin import OrchestrationPlugin
+
+        registry = definitions if isinstance(definitions, _Registry) else load_registry(definitions)
+        ordered.append(
+            OrchestrationPlugin(
+                registry,
+                max_concurrent_delegations=max_concurrent_delegations,
+                max_delegation_depth=max_delegation_depth,
+                clock=clock,
+            )
+        )
+    ordered.extend(plugins)
+    if (tracer_provider is not None or tracers) and not any(p.name == "tracing" for p in ordered):
+        from stead.observability.plugin import TracingPlugin
+
+        ordered.append(TracingPlugin(tracer_provider, hooks=tracers[0] if tracers else None))
+    return await open_system(
+        url,
+        plugins=ordered,
+        providers=providers,
+        tools=tools,
+        retry=retry,
+        faults=faults,
+        max_payload_bytes=max_payload_bytes,
+        restore=restore,
+    )
+
+
+def _instances(hooks: list[Hooks], module: str, name: str) -> list[Hooks]:
+    """The hooks that are instances of the built-in class `module.name` (never importing the module:
+    if it is not loaded, no instance of it can exist)."""
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return []
+    cls = getattr(loaded, name)
+    return [h for h in hooks if isinstance(h, cls)]
+
+
+class _UserHooks(Plugin):
+    """The hooks passed to `stead.open(hooks=...)`, as a plugin (so they keep their place in the order)."""
+
+    name = "user-hooks"
+
+    def __init__(self, hooks: list[Hooks]) -> None:
+        self.given = hooks
+
+    def hooks(self) -> list[Hooks]:
+        return list(self.given)

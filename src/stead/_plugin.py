@@ -1,0 +1,118 @@
+"""`stead.Plugin`: the one way a layer extends stead.
+
+Every layer above the kernel — run records, tracing, orchestration, memory, approvals, MCP, realtime, the
+HTTP service — is a plugin, and a plugin written outside this package can do everything a built-in one does.
+A plugin may contribute:
+
+- **tools** (`tools()`) and **providers** (`providers()`), registered with the system before it starts;
+- **hooks** (`hooks()`): `stead.Hooks` objects; the kernel calls only the methods they override;
+- **schema migrations** (`migrations`), per store dialect (`"sqlite"`, `"postgresql"`): module name → ordered
+  SQL scripts, applied when the store opens, before anything runs; a plugin with tables but no scripts for
+  the store's dialect refuses to open on it instead of failing later;
+- **validators of inbound messages** (`validate_message`), called for every message before anything is
+  written (A7), so a refusal leaves no trace;
+- **lifecycle** (`start`, `close`) with the system, reached through its public methods only.
+
+Everything is optional: the base class contributes nothing. Plugins compose in the order given to
+`stead.open(url, plugins=[...])`; the keyword shortcuts (`records=`, `tracer_provider=`, `definitions=`) add
+the built-in plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from stead.core.hooks import Hooks
+from stead.messages import Block
+from stead.providers.base import Provider
+from stead.tools._tool import Tool
+
+if TYPE_CHECKING:
+    from stead.system import AgentSystem
+
+__all__ = [
+    "STEP_TYPE_KEY",
+    "DefinitionSource",
+    "IncomingMessage",
+    "Migrations",
+    "Plugin",
+    "TraceContextSource",
+]
+
+STEP_TYPE_KEY = "stead.step_type"
+"""`Tool.metadata` key naming the run-record step type of the tool's calls (`sub_agent` for delegations;
+absent: `tool`)."""
+
+Migrations = Mapping[str, Mapping[str, Sequence[str]]]
+"""Store dialect (`"sqlite"`, `"postgresql"`) → module name → ordered SQL scripts (append only: each script
+migrates the module from version i to i + 1, and runs once per database)."""
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    """What a validator sees of one message on its way into an agent's queue, before any write.
+
+    The content and metadata are the caller's, already copied and checked by the kernel (non-empty,
+    JSON-serializable, within the payload limit); `settings` are the per-message settings it carries."""
+
+    agent_id: str
+    agent_name: str | None
+    id: str
+    delivery: str
+    """`send` or `steer`."""
+    role: str
+    content: list[Block]
+    metadata: dict[str, Any] | None
+    settings: dict[str, Any]
+    agent_extra: dict[str, Any] = field(default_factory=dict)
+    """The agent's configuration extras (what higher layers stored at creation)."""
+
+
+class Plugin:
+    """Extend stead: subclass and override what the layer contributes. Everything is optional.
+
+    `name` identifies the plugin (`system.plugin(name)`); two plugins of one system may not share it."""
+
+    name: ClassVar[str] = "plugin"
+    migrations: ClassVar[Migrations] = {}
+
+    def tools(self) -> Iterable[Tool | Callable[..., Any]]:
+        """Tools this plugin registers with the system (names must not collide with other tools)."""
+        return ()
+
+    def providers(self) -> Mapping[str, Provider]:
+        """Providers by name; an agent selects one with `provider=NAME` or a model string `NAME:model`."""
+        return {}
+
+    def hooks(self) -> Iterable[Hooks]:
+        """Hook objects to install on the kernel (called once, when the system opens). A plugin that is
+        itself a `stead.Hooks` subclass installs itself by default."""
+        return (self,) if isinstance(self, Hooks) else ()
+
+    def validate_message(self, message: IncomingMessage) -> None:
+        """Refuse an inbound message by raising `stead.InvalidInput` (nothing is written). Must not block."""
+
+    async def start(self, system: AgentSystem) -> None:
+        """The store is open and migrated; no agent has been restored yet. Use public methods only."""
+
+    async def close(self, system: AgentSystem) -> None:
+        """Every agent has stopped; the store is still open. Release what `start` acquired."""
+
+
+@runtime_checkable
+class DefinitionSource(Protocol):
+    """A plugin that builds agents from named definitions (`system.create(definition=NAME, data=...)`)."""
+
+    def config_for(self, name: str, *, data: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Keyword arguments for `system.create` (provider, model, instructions, tools, name, extra)."""
+        ...
+
+
+@runtime_checkable
+class TraceContextSource(Protocol):
+    """A plugin that knows the trace context of a running tool call (a tracing plugin): layers that start
+    work on behalf of a call (delegation) propagate it so the new spans nest under the call's span."""
+
+    def traceparent_for_call(self, call_id: str) -> str | None: ...

@@ -1,0 +1,19 @@
+"""`stead.testing`: deterministic models and fault injection for tests, demos and benchmarks.
+
+- `ScriptedProvider(respond)`: a provider whose responses come from a function (or a list) — no network,
+  the same answer every time; `load_scripted_model(path)` builds one from a scripted model file (YAML).
+- `Faults(crash_at=N)` / `Faults(flaky=p)`: make a store die at its N-th operation (as if the process were
+  killed there) or fail transiently at random: `stead.open(url, faults=Faults(crash_at=7))`. After an
+  injected crash every store operation raises `StoreCrashed`.
+"""
+
+from stead.errors import StoreCrashed
+from stead.providers.scripted import ScriptedProvider, ScriptedResponse
+from stead.providers.scripted_file import load_scripted_model
+from stead.store.faults import Faults
+
+__all__ = ["Faults", "ScriptedProvider", "ScriptedResponse", "StoreCrashed", "load_scripted_model"]
+
+for _name in ("Faults", "ScriptedProvider", "ScriptedResponse", "load_scripted_model"):
+    globals()[_name].__module__ = "stead.testing"
+del _name
