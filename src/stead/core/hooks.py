@@ -97,6 +97,10 @@ class Hooks:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         """The active period ends: the pending record is being deleted."""
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        """`system.delete` is removing the agent (its row, keys and history) in `ctx.tx`: a layer that keeps
+        rows about the agent deletes them here, so they go exactly when the agent does."""
+
     # -- decisions ---------------------------------------------------------------------------------
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         """The tool names offered to the model — and allowed to run — for this run (default: the agent's
@@ -166,6 +170,10 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self.hooks:
             await h.settled_tx(ctx, error)
+
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        for h in self.hooks:
+            await h.agent_deleted_tx(ctx)
 
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         for h in self.hooks:
