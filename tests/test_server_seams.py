@@ -5,6 +5,7 @@ deletes the agent)."""
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import pytest
 
@@ -42,8 +43,8 @@ async def test_queued_lists_unconsumed_messages_in_consumption_order(db_url: str
 
 
 class _Rows(Plugin, stead.Hooks):
-    name = "rows"
-    migrations: Migrations = {
+    name: ClassVar[str] = "rows"
+    migrations: ClassVar[Migrations] = {
         "sqlite": {"rows": ["CREATE TABLE agent_rows (agent_id TEXT PRIMARY KEY)"]},
         "postgresql": {"rows": ["CREATE TABLE agent_rows (agent_id TEXT PRIMARY KEY)"]},
     }
