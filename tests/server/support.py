@@ -14,14 +14,13 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-import httpx  # noqa: E402
+import httpx
 
-import stead  # noqa: E402
-import stead.server  # noqa: E402
-from stead.client import Client  # noqa: E402
-from stead.providers.scripted import ScriptedProvider, ScriptedResponse  # noqa: E402
-from stead.server import ServerPlugin, Token, create_app  # noqa: E402
-from stead.server._run import Server, start, stop  # noqa: E402
+import stead
+import stead.server
+from stead.client import Client
+from stead.server import ServerPlugin, Token, create_app
+from stead.server._run import Server, start, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 TEAM = ROOT / "examples" / "team"
@@ -47,21 +46,42 @@ async def add(a: int, b: int) -> int:
 
 
 class Model:
-    """A scripted model the test steers: `gate` (when set) holds every response until it opens; each
-    response calls `add` `calls` times, one call per response, then answers `text` in deltas of `chunk`."""
+    """A scripted model (a `stead.Provider`) the test steers. Each response calls `add` once while fewer
+    than `calls` results follow the user's message, then answers `text` in deltas of `chunk` characters.
+    `gate` (when set) holds every response until it opens; `holds[n]` holds the n-th response (0-based);
+    `mid` pauses the text answer after its first delta (`mid_reached` is set there)."""
 
     def __init__(self) -> None:
         self.gate: asyncio.Event | None = None
+        self.holds: dict[int, asyncio.Event] = {}
+        self.mid: asyncio.Event | None = None
+        self.mid_reached = asyncio.Event()
         self.started = asyncio.Event()
+        self._reached: dict[int, asyncio.Event] = {}
+        self.count = 0
         self.calls = 0
         self.text = "Hello from the scripted model."
         self.chunk = 6
-        self.half_block: str | None = None
 
-    async def __call__(self, request: stead.ProviderRequest) -> ScriptedResponse:
+    def release(self) -> None:
+        """Open every gate (so a failed test's teardown never waits on a held response)."""
+        for event in (self.gate, self.mid, *self.holds.values()):
+            if event is not None:
+                event.set()
+
+    def reached(self, n: int) -> asyncio.Event:
+        """Set when the n-th response (0-based) is requested."""
+        return self._reached.setdefault(n, asyncio.Event())
+
+    async def stream(self, request: stead.ProviderRequest) -> AsyncIterator[Any]:
+        n = self.count
+        self.count += 1
         self.started.set()
+        self.reached(n).set()
         if self.gate is not None:
             await self.gate.wait()
+        if n in self.holds:
+            await self.holds[n].wait()
         done = 0
         for m in reversed(request.messages):
             if m.role == "user":
@@ -69,8 +89,19 @@ class Model:
             if m.role == "tool":
                 done += len(m.content)
         if done < self.calls:
-            return ScriptedResponse([stead.ToolCall("add", {"a": done, "b": 1})])
-        return ScriptedResponse([stead.Text(self.text)], chunk=self.chunk)
+            yield stead.BlockEnd(stead.ToolCall("add", {"a": done, "b": 1}))
+            yield stead.UsageEvent(stead.Usage(10, 5))
+            yield stead.Done("tool_call")
+            return
+        text = self.text
+        for i in range(0, len(text), self.chunk):
+            yield stead.TextDelta(text[i : i + self.chunk])
+            if i == 0 and self.mid is not None:
+                self.mid_reached.set()
+                await self.mid.wait()
+        yield stead.BlockEnd(stead.Text(text))
+        yield stead.UsageEvent(stead.Usage(10, len(text)))
+        yield stead.Done("stop")
 
 
 @dataclass
@@ -84,7 +115,9 @@ class Env:
     servers: list[tuple[Server, asyncio.Task[None]]] = field(default_factory=list)
 
     async def agent(self, secret: str = A, **body: Any) -> dict[str, Any]:
-        r = await self.http.post("/v1/agents", json={"provider": "s", "model": "m", **body}, headers=bearer(secret))
+        r = await self.http.post(
+            "/v1/agents", json={"provider": "s", "model": "m", **body}, headers=bearer(secret)
+        )
         assert r.status_code == 201, r.text
         result: dict[str, Any] = r.json()
         return result
@@ -114,7 +147,7 @@ async def open_env(
     plugin = plugin or ServerPlugin(prune_interval=None)
     system = await stead.server.open(
         url,
-        providers={"s": ScriptedProvider(model)},
+        providers={"s": model},
         tools=[add],
         server=plugin,
         definitions=definitions,
@@ -125,6 +158,7 @@ async def open_env(
 
 
 async def close_env(env: Env) -> None:
+    env.model.release()
     for server, task in env.servers:
         await stop(server, task)
     await env.http.aclose()

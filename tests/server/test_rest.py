@@ -7,7 +7,6 @@ import asyncio
 import json
 
 import stead
-
 from tests.server.support import A, Env, bearer
 
 H = bearer(A)
@@ -18,7 +17,9 @@ async def test_H1_a_created_agent_and_an_accepted_message_are_durable_when_the_a
 ) -> None:
     agent = await env.agent(name="helper")
     assert agent["state"] == "idle" and agent["tenant"] == "acme" and agent["event_seq"] == 0
-    r = await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "hi", "id": "m1"}, headers=H)
+    r = await env.http.post(
+        f"/v1/agents/{agent['id']}/messages", json={"content": "hi", "id": "m1"}, headers=H
+    )
     assert r.status_code == 202
     body = r.json()
     assert body["message_id"] == "m1" and body["created"] is True and body["events_after"] == 0
@@ -185,7 +186,9 @@ async def test_H12_a_batch_is_accepted_all_or_none(env: Env) -> None:
     url = f"/v1/agents/{agent['id']}/messages:batch"
     env.model.gate = asyncio.Event()
     ok = await env.http.post(
-        url, json={"messages": [{"content": "a", "id": "b1"}, {"content": "b", "id": "b2", "mode": "steer"}]}, headers=H
+        url,
+        json={"messages": [{"content": "a", "id": "b1"}, {"content": "b", "id": "b2", "mode": "steer"}]},
+        headers=H,
     )
     assert ok.status_code == 202
     assert [(m["message_id"], m["created"]) for m in ok.json()["messages"]] == [("b1", True), ("b2", True)]
@@ -194,12 +197,16 @@ async def test_H12_a_batch_is_accepted_all_or_none(env: Env) -> None:
         url, json={"messages": [{"content": "c", "id": "b3"}, {"content": "other", "id": "b1"}]}, headers=H
     )
     assert bad.status_code == 422 and bad.json()["code"] == "id_reused"
-    invalid = await env.http.post(url, json={"messages": [{"content": "d", "id": "b4"}, {"content": " "}]}, headers=H)
+    invalid = await env.http.post(
+        url, json={"messages": [{"content": "d", "id": "b4"}, {"content": " "}]}, headers=H
+    )
     assert invalid.status_code == 422
     queue = (await env.http.get(f"/v1/agents/{agent['id']}/queue", headers=H)).json()["items"]
     assert sorted(q["id"] for q in queue) == ["b1", "b2"]
     retry = await env.http.post(
-        url, json={"messages": [{"content": "a", "id": "b1"}, {"content": "b", "id": "b2", "mode": "steer"}]}, headers=H
+        url,
+        json={"messages": [{"content": "a", "id": "b1"}, {"content": "b", "id": "b2", "mode": "steer"}]},
+        headers=H,
     )
     assert retry.status_code == 200 and not any(m["created"] for m in retry.json()["messages"])
     env.model.gate.set()
@@ -222,7 +229,9 @@ async def test_H9_oversize_input_is_413(make_env: object) -> None:
 async def test_H9_errors_are_problem_details_with_a_code(env: Env) -> None:
     cases = [
         await env.http.get("/v1/agents/nobody", headers=H),
-        await env.http.post("/v1/agents", content=b"{not json", headers={**H, "content-type": "application/json"}),
+        await env.http.post(
+            "/v1/agents", content=b"{not json", headers={**H, "content-type": "application/json"}
+        ),
         await env.http.post("/v1/agents", json={"provider": "s", "model": "m", "bogus": 1}, headers=H),
         await env.http.get("/v1/nowhere", headers=H),
         await env.http.put("/v1/agents", headers=H),
@@ -231,7 +240,9 @@ async def test_H9_errors_are_problem_details_with_a_code(env: Env) -> None:
         assert r.headers["content-type"].startswith("application/problem+json"), r.text
         problem = r.json()
         assert set(problem) >= {"type", "title", "status", "detail", "code"}
-        assert problem["status"] == r.status_code and problem["type"] == f"urn:stead:problem:{problem['code']}"
+        assert (
+            problem["status"] == r.status_code and problem["type"] == f"urn:stead:problem:{problem['code']}"
+        )
     assert [r.status_code for r in cases] == [404, 422, 422, 404, 405]
 
 
@@ -306,7 +317,11 @@ async def test_the_message_metadata_and_settings_reach_the_agent(env: Env) -> No
     agent = await env.agent()
     r = await env.http.post(
         f"/v1/agents/{agent['id']}/messages",
-        json={"content": [{"type": "text", "text": "hi"}], "metadata": {"k": [1, 2]}, "settings": {"model": "m2"}},
+        json={
+            "content": [{"type": "text", "text": "hi"}],
+            "metadata": {"k": [1, 2]},
+            "settings": {"model": "m2"},
+        },
         headers=H,
     )
     assert r.status_code == 202, r.text
