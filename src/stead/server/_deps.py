@@ -17,6 +17,7 @@ __all__ = ["PROBLEMS", "bearer", "get_service", "problems", "requires"]
 bearer = HTTPBearer(auto_error=False, description="A token from the service's token file.")
 
 _DESCRIPTIONS = {
+    400: "The request could not be read (an unparsable body).",
     401: "No valid token (the answer carries `WWW-Authenticate: Bearer`).",
     403: "The token lacks the scope this operation needs.",
     404: "No such resource in the caller's tenant.",
@@ -33,7 +34,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": Problem, "description": _DESCRIPTIONS.get(c, "Error")} for c in codes}
 
 
-PROBLEMS = problems(401, 403, 422, 429, 503)
+PROBLEMS = problems(400, 401, 403, 422, 429, 503)
 """What any authenticated operation may answer."""
 
 

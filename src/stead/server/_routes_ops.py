@@ -57,7 +57,7 @@ def _session_out(service: Service, principal: Principal) -> SessionOut:
     response_model=SessionOut,
     responses={
         200: {"model": SessionOut, "description": "No tokens are configured: no session needed."},
-        **problems(401, 422, 429),
+        **problems(400, 401, 422, 429),
     },
     summary="Trade a token for a browser session cookie",
 )
