@@ -22,6 +22,8 @@ from stead.core.events import (
     ToolStarted,
 )
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.outcome import Outcome
+from stead.core.results import RunResult
 from stead.errors import (
     AgentNotFound,
     Closed,
@@ -32,6 +34,7 @@ from stead.errors import (
     InvalidInput,
     NotFound,
     ProviderError,
+    RunFailed,
     RunNotFound,
     SchemaTooNew,
     SteadError,
@@ -84,6 +87,7 @@ __all__ = [
     "Message",
     "MessageConsumed",
     "NotFound",
+    "Outcome",
     "Provider",
     "ProviderError",
     "ProviderRequest",
@@ -92,7 +96,9 @@ __all__ = [
     "ResponseInfo",
     "RetryPolicy",
     "Run",
+    "RunFailed",
     "RunNotFound",
+    "RunResult",
     "RuntimeChange",
     "SchemaTooNew",
     "Settled",

@@ -123,6 +123,7 @@ class AgentSystem:
         send_mode: str = "one-at-a-time",
         permission_mode: str = "auto",
         max_tool_concurrency: int = 8,
+        max_tool_result_chars: int = 100_000,
         extra: dict[str, Any] | None = None,
         definition: str | None = None,
         data: dict[str, Any] | None = None,
@@ -145,6 +146,7 @@ class AgentSystem:
                 send_mode=send_mode,
                 permission_mode=permission_mode,
                 max_tool_concurrency=max_tool_concurrency,
+                max_tool_result_chars=max_tool_result_chars,
                 **kwargs,
             )
         if data is not None:
@@ -176,6 +178,7 @@ class AgentSystem:
             send_mode=cast(QueueMode, send_mode),
             permission_mode=permission_mode,
             max_tool_concurrency=max_tool_concurrency,
+            max_tool_result_chars=max_tool_result_chars,
             extra=dict(extra or {}),
         )
         aid = agent_id or new_id()
