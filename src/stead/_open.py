@@ -13,12 +13,11 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from stead._plugin import Plugin
 from stead.core.config import RetryPolicy
 from stead.core.hooks import Hooks
 from stead.providers.base import Provider
 from stead.store.faults import Faults
-from stead.system import AgentSystem, open_system
+from stead.system import AgentSystem, Plugin, open_system
 from stead.tools._tool import Tool
 
 if TYPE_CHECKING:

@@ -12,12 +12,15 @@ SteadError
     StoreCrashed          (tests) the store was made to fail permanently
     SchemaTooNew
   ProviderError           a model provider failed (`retryable` tells whether retrying may help)
+  RunFailed               `agent.run(..., check=True)`: the run failed (carries its result)
   ConfigurationError      a definition, tool or provider setting is wrong
     DefinitionError       carries file and line
   CloseFromInside         an agent's own loop asked to close what it runs in
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AgentNotFound",
@@ -29,6 +32,7 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "ProviderError",
+    "RunFailed",
     "RunNotFound",
     "SchemaTooNew",
     "SteadError",
@@ -93,6 +97,17 @@ class ProviderError(SteadError):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class RunFailed(SteadError):
+    """`agent.run(..., check=True)` found that the run failed. `result` is its `stead.RunResult` (the
+    messages, the usage, `outcome`, `error`); `run_id` and `error` are copied from it."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+        self.run_id: str | None = getattr(result, "run_id", None)
+        self.error: str | None = getattr(result, "error", None)
 
 
 class ConfigurationError(SteadError):

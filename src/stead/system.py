@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from stead._admission import Admission
 from stead._ids import is_valid_id, new_id
-from stead._plugin import DefinitionSource, Plugin
+from stead._plugin import DefinitionSource, IncomingMessage, Migrations
 from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
@@ -43,9 +43,40 @@ from stead.store import Faults, Store, dialect_of, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
 
-__all__ = ["AgentInfo", "AgentSystem", "open_system"]
+__all__ = ["AgentInfo", "AgentSystem", "Plugin", "open_system"]
 
 log = logging.getLogger("stead.system")
+
+
+class Plugin:
+    """Extend stead: subclass and override what the layer contributes. Everything is optional.
+
+    `name` identifies the plugin (`system.plugin(name)`); two plugins of one system may not share it."""
+
+    name: ClassVar[str] = "plugin"
+    migrations: ClassVar[Migrations] = {}
+
+    def tools(self) -> Iterable[Tool | Callable[..., Any]]:
+        """Tools this plugin registers with the system (names must not collide with other tools)."""
+        return ()
+
+    def providers(self) -> Mapping[str, Provider]:
+        """Providers by name; an agent selects one with `provider=NAME` or a model string `NAME:model`."""
+        return {}
+
+    def hooks(self) -> Iterable[Hooks]:
+        """Hook objects to install on the kernel (called once, when the system opens). A plugin that is
+        itself a `stead.Hooks` subclass installs itself by default."""
+        return (self,) if isinstance(self, Hooks) else ()
+
+    def validate_message(self, message: IncomingMessage) -> None:
+        """Refuse an inbound message by raising `stead.InvalidInput` (nothing is written). Must not block."""
+
+    async def start(self, system: AgentSystem) -> None:
+        """The store is open and migrated; no agent has been restored yet. Use public methods only."""
+
+    async def close(self, system: AgentSystem) -> None:
+        """Every agent has stopped; the store is still open. Release what `start` acquired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +181,7 @@ class AgentSystem:
         send_mode: str = "one-at-a-time",
         permission_mode: str = "auto",
         max_tool_concurrency: int = 8,
+        max_tool_result_chars: int = 100_000,
         extra: dict[str, Any] | None = None,
         definition: str | None = None,
         data: dict[str, Any] | None = None,
@@ -173,6 +205,7 @@ class AgentSystem:
                 send_mode=send_mode,
                 permission_mode=permission_mode,
                 max_tool_concurrency=max_tool_concurrency,
+                max_tool_result_chars=max_tool_result_chars,
                 **kwargs,
             )
         if data is not None:
@@ -202,6 +235,7 @@ class AgentSystem:
             send_mode=cast(QueueMode, send_mode),
             permission_mode=permission_mode,
             max_tool_concurrency=max_tool_concurrency,
+            max_tool_result_chars=max_tool_result_chars,
             extra=dict(extra or {}),
         )
         aid = agent_id or new_id()

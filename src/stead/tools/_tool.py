@@ -11,6 +11,10 @@ Flags (T5):
 - `durable=True`: an unfinished call may run again after a crash, with the same call id.
 - `transactional=True`: the function runs inside the transaction that commits its result; its writes
   through `ctx.tx` / `ctx.kv` commit together with the result or not at all.
+
+`max_result_chars=N`: a result longer than N characters is cut in the conversation (with a marker saying
+how much was cut); the run record's tool step keeps the full output. Default: the agent's
+`max_tool_result_chars` (100,000).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class Tool:
     durable: bool = False
     transactional: bool = False
     reconcile_fn: ReconcileFn | None = None
+    max_result_chars: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form facts for higher layers (e.g. `stead.step_type`: how run records type its steps)."""
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
@@ -139,6 +144,7 @@ def tool(
     description: str | None = None,
     durable: bool = False,
     transactional: bool = False,
+    max_result_chars: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -150,13 +156,19 @@ def tool(
     description: str | None = None,
     durable: bool = False,
     transactional: bool = False,
+    max_result_chars: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool from a function: `@stead.tool` or `@stead.tool(durable=True)`.
 
     A parameter annotated `stead.ToolContext` receives the call's context (call id, call-bound KV, ...)."""
 
     def build(f: Callable[..., Any]) -> Tool:
-        return _build(f, name=name, description=description, durable=durable, transactional=transactional)
+        t = _build(f, name=name, description=description, durable=durable, transactional=transactional)
+        if max_result_chars is not None:
+            if isinstance(max_result_chars, bool) or max_result_chars < 1:
+                raise ConfigurationError(f"tool {t.name!r}: max_result_chars must be a positive integer")
+            t.max_result_chars = max_result_chars
+        return t
 
     if fn is not None:
         return build(fn)
