@@ -95,6 +95,9 @@ class Driver:
         timeout: float | None = None,
     ) -> Provider:
         """A provider bound to `model` (it sends that model whatever the request says) and its prices."""
+        missing = self.missing()
+        if missing is not None:
+            raise ConfigurationError(missing)
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         cls = self.load()
         provider: Provider = cls(
