@@ -169,7 +169,9 @@ class Agent:
             # one grammar (stead.providers.router): a provider prefix, the catalog, a scripted file, a list
             current = self._rt.settings.get("provider")
             chosen = self._system.router.resolve(
-                settings["model"], provider=settings.get("provider"), current=str(current)
+                settings["model"],
+                provider=settings.get("provider"),
+                current=current if isinstance(current, str) else None,
             )
             settings["model"] = chosen.model
             if "provider" in settings or chosen.provider != current:

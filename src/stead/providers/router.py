@@ -268,7 +268,9 @@ class ModelRouter:
             first = _candidates(model)[0] if model is not None else "default"
             return Selection(provider, first, "registered")
         if provider == CATALOG:
-            chosen = self.resolve(model if model is not None else self.default().model, base_dir=base)
+            if model is None:
+                return self._catalog_default()
+            chosen = self.resolve(model, base_dir=base)
             if chosen.kind != "catalog":
                 raise ConfigurationError(
                     f"provider='catalog' takes catalog model strings (vendor:model or a catalog name), "
@@ -295,6 +297,9 @@ class ModelRouter:
                 "no model given: pass model= (e.g. 'openai:gpt-4.1-mini') or provider= naming one of the "
                 f"registered providers ({', '.join(sorted(self.providers))})"
             )
+        return self._catalog_default()
+
+    def _catalog_default(self) -> Selection:
         catalog = self.catalog
         try:
             route = resolve(None, self.env, catalog=catalog)
