@@ -132,8 +132,12 @@ def parse_spec(
     within: str | None = None,
 ) -> ModelSpec:
     """Parse one model string of the grammar (see the module docstring); a `ConfigurationError` that lists
-    what is known when it names nothing. `within`: a registered provider already serving the agent, which
-    takes bare names and unknown prefixes as its own model names."""
+    what is known when it names nothing. Nothing is checked about keys, packages or files.
+
+    `registered`: the names of the registered providers; `catalog`: default the shipped one (the router
+    passes the one `STEAD_CATALOG` names); `base_dir`: where a relative `scripted:FILE` is, default the
+    working directory; `within`: a registered provider already serving the agent, which takes bare names
+    and unknown prefixes as its own model names."""
     if not isinstance(spec, str):
         raise ConfigurationError(f"a model must be a model string, not {spec!r}")
     catalog = catalog if catalog is not None else load_catalog()
