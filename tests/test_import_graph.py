@@ -237,9 +237,6 @@ def test_no_import_cycles_in_the_kernel(graph: dict[str, set[str]]) -> None:
     assert not cycles, "import cycles:\n" + _show_cycles(cycles)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="until the plugin seam (system ↔ orchestration) and the driver registry land"
-)
 def test_no_import_cycles_anywhere(graph: dict[str, set[str]]) -> None:
     cycles = find_cycles(graph)
     print(_show_cycles(cycles))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from stead._plugin import IncomingMessage
 from stead.core.runtime import AgentRuntime, Inbound
 from stead.errors import Closed, StoreError
-from stead.routing import ModelRouter
+from stead.providers.router import ModelRouter
 from stead.store.base import Store
 
 __all__ = ["Admission"]

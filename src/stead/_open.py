@@ -73,7 +73,14 @@ async def open(
         from stead.definitions import load_registry
         from stead.orchestration._plugin import OrchestrationPlugin
 
-        registry = definitions if isinstance(definitions, _Registry) else load_registry(definitions)
+        registry = (
+            definitions
+            if isinstance(definitions, _Registry)
+            # `model: NAME:MODEL` in a definition may name a provider registered here
+            else load_registry(
+                definitions, providers=[*(providers or {}), *(n for p in plugins for n in p.providers())]
+            )
+        )
         ordered.append(
             OrchestrationPlugin(
                 registry,

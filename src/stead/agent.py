@@ -262,16 +262,19 @@ class Agent:
         mode = settings.get("permission_mode")
         if mode is not None and mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, not {mode!r}")
-        if "model" in settings and "provider" not in settings:
-            current = str(self._rt.settings.get("provider"))
-            inferred = self._admission.router.infer_provider(settings["model"], current)
-            if inferred != current:
-                settings["provider"] = inferred
-        if "provider" in settings or "model" in settings:
-            self._admission.router.check(
-                str(settings.get("provider", self._rt.settings.get("provider"))),
-                settings.get("model", self._rt.settings.get("model")),
+        if "model" in settings:
+            # one grammar (stead.providers.router): a provider prefix, the catalog, a scripted file, a list
+            current = self._rt.settings.get("provider")
+            chosen = self._admission.router.resolve(
+                settings["model"],
+                provider=settings.get("provider"),
+                current=current if isinstance(current, str) else None,
             )
+            settings["model"] = chosen.model
+            if "provider" in settings or chosen.provider != current:
+                settings["provider"] = chosen.provider
+        elif "provider" in settings:
+            self._admission.router.check(str(settings["provider"]), self._rt.settings.get("model"))
         content = [encode_block(b) for b in blocks]
         size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
         limit = self._admission.max_payload_bytes

@@ -38,7 +38,7 @@ from stead.errors import (
     InvalidInput,
 )
 from stead.providers.base import Provider
-from stead.routing import ModelRouter
+from stead.providers.router import ModelRouter
 from stead.store import Faults, Store, dialect_of, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
@@ -212,10 +212,8 @@ class AgentSystem:
             raise ConfigurationError("create(data=...) needs definition=...")
         if agent_id is not None and not is_valid_id(agent_id):
             raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
-        provider = self.router.provider_name(provider, model)
-        if model is None:
-            model = "default"
-        self.router.check(provider, model)
+        chosen = self.router.resolve(model, provider=provider)  # one grammar; candidates resolved now
+        provider, model = chosen.provider, chosen.model
         unknown = [t for t in tools if t not in self._env.tools]
         if unknown:
             known = ", ".join(sorted(self._env.tools)) or "none"
@@ -227,7 +225,7 @@ class AgentSystem:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
         config = AgentConfig(
             provider=provider,
-            model=model if isinstance(model, str) else list(model),
+            model=model,
             instructions=instructions,
             tools=list(tools),
             name=name,

@@ -18,7 +18,7 @@ from rich.text import Text as RichText
 
 import stead
 from stead.cli._common import DEFAULT_DB, DbOption, err, execute, fail, out, url
-from stead.cli._models import check_model, run_providers
+from stead.cli._models import check_model
 from stead.cli._models import models as _models_command
 from stead.cli._render import call_summary, message_json, one_line
 from stead.cli._runs import runs_app
@@ -211,7 +211,6 @@ async def _run(
         # Resume only the agent this command targets: other agents in the file belong to other definitions.
         system = await stead.open(
             url(db),
-            providers=run_providers(definition, model),
             tools=definition.resolved_tools,
             restore=[agent_id] if agent_id is not None else False,
         )
@@ -225,9 +224,14 @@ async def _run(
             agent = await system.create(definition=agent_name)
         else:
             assert definition is not None
+            # the router resolves the definition's model (candidates, scripted files next to it) or --model
+            chosen = system.router.resolve(
+                definition.candidates if model is None else model,
+                base_dir=definition.base_dir if model is None else None,
+            )
             agent = await system.create(
-                provider=definition.provider_name if model is None else None,
-                model=definition.model_name if model is None else model,
+                provider=chosen.provider,
+                model=chosen.model,
                 instructions=definition.instructions,
                 tools=[t.name for t in definition.resolved_tools],
                 name=definition.name,
