@@ -9,16 +9,17 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, cast
 
-from stead._ids import is_valid_id, new_id
+from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead.agent import Agent
 from stead.core.config import AgentConfig, Env, QueueMode, RetryPolicy
 from stead.core.hooks import Hooks, HookSet
@@ -31,6 +32,7 @@ from stead.errors import (
     ConfigurationError,
     InvalidId,
     InvalidInput,
+    ReadOnly,
     StoreError,
 )
 from stead.observability import Run, RunRecorder, get_run, list_runs
@@ -44,9 +46,10 @@ if TYPE_CHECKING:
     from stead.definitions import Registry
     from stead.orchestration import OrchestrationHooks, Orchestrator
 
-__all__ = ["AgentInfo", "AgentSystem", "open"]
+__all__ = ["AgentInfo", "AgentSystem", "Opening", "open"]
 
 log = logging.getLogger("stead.system")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +65,12 @@ class AgentInfo:
 class AgentSystem:
     """Every agent of one store. Use `await stead.open(url, ...)`, ideally as `async with`."""
 
-    def __init__(self, store: Store, env: Env, router: ModelRouter | None = None) -> None:
+    def __init__(
+        self, store: Store, env: Env, router: ModelRouter | None = None, *, readonly: bool = False
+    ) -> None:
         self.store = store
+        self.readonly = readonly
+        """Opened with `readonly=True`: an inspector that reads what an owner commits and writes nothing."""
         self._env = env
         self.router = router or ModelRouter(env.providers)
         self._runtimes: dict[str, AgentRuntime] = {}
@@ -105,6 +112,14 @@ class AgentSystem:
     def _check_open(self) -> None:
         if self._closing:
             raise Closed("the agent system is closed")
+        self._check_writable()
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise ReadOnly(
+                f"{self.store.url} was opened with readonly=True (for inspection): agents, history and "
+                "runs can be read; creating agents, sending, steering, resuming and deleting are refused"
+            )
 
     def _check_provider(self, name: str, model: Any) -> None:
         self.router.check(name, model)
@@ -149,8 +164,8 @@ class AgentSystem:
             )
         if data is not None:
             raise ConfigurationError("create(data=...) needs definition=...")
-        if agent_id is not None and not is_valid_id(agent_id):
-            raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
+        if agent_id is not None and not is_valid_user_id(agent_id):
+            raise InvalidId(f"agent id {agent_id!r} is not a valid id: use {ID_RULE}")
         provider = self.router.provider_name(provider, model)
         if model is None:
             model = "default"
@@ -191,10 +206,12 @@ class AgentSystem:
 
         With `resume=True`, an agent that owes work and is not running in this process (the store was
         opened with `restore=False`, or it was not in the `restore=` list) is started, as a restore would."""
+        if resume:
+            self._check_writable()
         rt = self._runtimes.get(agent_id)
         pending: Pending | None = None
         if rt is None:
-            if not is_valid_id(agent_id):
+            if not is_valid_user_id(agent_id):
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             async with self.store.transaction() as tx:
                 row = await tx.get_agent(agent_id)
@@ -229,6 +246,7 @@ class AgentSystem:
 
     async def delete(self, agent_id: str) -> None:
         """Stop the agent (abort its turn) and remove it with its history and state."""
+        self._check_writable()
         rt = self._runtimes.get(agent_id)
         if rt is not None:
             await rt.abort()
@@ -326,6 +344,13 @@ class AgentSystem:
             self._runtimes[row.id] = rt
             self.restored.append(row.id)
             rt.restore(pending)
+        if self.restored:
+            # visible on purpose: opening a store as its owner runs the work its agents still owe
+            shown = ", ".join(
+                f"{aid} ({self._runtimes[aid].config.name})" if self._runtimes[aid].config.name else aid
+                for aid in self.restored
+            )
+            log.info("resumed %d agent(s) that owe work: %s", len(self.restored), shown)
 
     async def drain(self) -> None:
         """Stop every agent before its next provider request; durable work stays for the next owner."""
@@ -388,6 +413,40 @@ class AgentSystem:
         return await get_run(self.store, run_id)
 
 
+class Opening:
+    """What `stead.open(...)` returns: awaitable (`system = await stead.open(...)`) and an async context
+    manager (`async with stead.open(...) as system:`, which closes the system on exit), as aiosqlite's
+    `connect` is. `async with await stead.open(...)` works too: the system is its own context manager."""
+
+    __slots__ = ("_coro", "_system")
+
+    def __init__(self, coro: Coroutine[Any, Any, AgentSystem]) -> None:
+        self._coro = coro
+        self._system: AgentSystem | None = None
+
+    def __await__(self) -> Generator[Any, None, AgentSystem]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> AgentSystem:
+        self._system = await self._coro
+        return self._system
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._system is not None:
+            await self._system.close()
+
+
+def _opening(fn: Callable[P, Coroutine[Any, Any, AgentSystem]]) -> Callable[P, Opening]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Opening:
+        return Opening(fn(*args, **kwargs))
+
+    return wrapper
+
+
+@_opening
 async def open(
     url: str = "sqlite:///stead.db",
     *,
@@ -404,10 +463,20 @@ async def open(
     max_concurrent_delegations: int = 5,
     max_delegation_depth: int = 4,
     clock: Callable[[], float] | None = None,
+    readonly: bool = False,
 ) -> AgentSystem:
     """Open (or create) the store at `url`, register providers and tools, and restore every agent that
-    owes work (`restore=False`: none, for inspection; a collection of ids: only those). Raises
+    owes work (`restore=False`: none; a collection of ids: only those). Resumed agents are logged (INFO,
+    logger `stead.system`): opening as the owner runs the work they owe, model calls included. Raises
     `stead.StoreLocked` at once if another process owns the store.
+
+    `readonly=True` opens it for inspection instead, also while another process owns it: no ownership
+    lock, nothing created or migrated, no agent restored (whatever `restore` says), no model called;
+    `agents()`, `get(id)`, `agent.history()`, `runs()` and `run(id)` read every change the owner has
+    committed (each read is a fresh read transaction); every write is refused with
+    `stead.errors.ReadOnly`.
+
+    The result can be awaited or used directly as `async with stead.open(...) as system:`.
 
     `records=True` (the default) installs a `RunRecorder` (run records, `system.runs()`) unless `hooks`
     already holds one; `tracer_provider=` installs `TracingHooks` (OpenTelemetry GenAI spans).
@@ -466,7 +535,7 @@ async def open(
             if module in migrations and migrations[module] != scripts:
                 raise ConfigurationError(f"two hooks declare different migrations for module {module!r}")
             migrations[module] = list(scripts)
-    store = await open_store(url, faults=faults, migrations=migrations)
+    store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
     router = ModelRouter(providers or {})
     env = Env(
         store=store,
@@ -478,14 +547,16 @@ async def open(
     )
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
-    system = AgentSystem(store, env, router)
+    system = AgentSystem(store, env, router, readonly=readonly)
     if orchestrator is not None:
         orchestrator.bind(system)
         system._orchestrator = orchestrator
     if orchestration_hooks is not None:
         orchestration_hooks.bind(system)
     try:
-        if restore is True:
+        if readonly:
+            pass  # an inspector never runs anything
+        elif restore is True:
             await system._restore()
         elif restore:
             await system._restore(only=set(restore))

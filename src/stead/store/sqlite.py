@@ -7,6 +7,17 @@ held from `BEGIN` to `COMMIT`, so reads inside a transaction never see another t
 
 Ownership is enforced by an exclusive `flock` on `<file>.lock`, taken before the database is opened and
 held by the kernel for the life of the open file descriptor: it dies with the process, even on `kill -9`.
+The owner writes its pid into the lock file, so a refused second owner can say who owns the store.
+
+A store opened with `readonly=True` is an inspector: it takes no lock (so it works while an owner runs),
+opens the file with SQLite's read-only mode (so it never creates, migrates or alters anything — a missing
+file, a file that is not a stead store and a store of a newer stead are refused with one line naming the
+file), refuses every write with `stead.errors.ReadOnly`, and runs every `transaction()` as one fresh read
+transaction: WAL gives it a consistent snapshot of everything committed when the transaction began, so
+any number of inspectors see every change the owner commits, one transaction later at most.
+
+Every way a file can fail to open (a directory, not a database, corrupted, read-only, locked) is a
+`StoreError` whose message is one line naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from stead.errors import Closed, InvalidInput, SchemaTooNew, StoreCrashed, StoreError, StoreLocked
+from stead.errors import Closed, InvalidInput, ReadOnly, SchemaTooNew, StoreCrashed, StoreError, StoreLocked
 from stead.store.base import AgentRow
 from stead.store.faults import Faults
 
@@ -73,10 +84,18 @@ class SqliteStore:
     """A `Store` over one SQLite file. Create with `await SqliteStore.open(url)`."""
 
     def __init__(
-        self, url: str, path: str, conn: sqlite3.Connection, lock_fd: int | None, faults: Faults | None
+        self,
+        url: str,
+        path: str,
+        conn: sqlite3.Connection,
+        lock_fd: int | None,
+        faults: Faults | None,
+        *,
+        readonly: bool = False,
     ) -> None:
         self.url = url
         self.path = path
+        self.readonly = readonly
         self._conn: sqlite3.Connection | None = conn
         self._lock_fd = lock_fd
         self._faults = faults
@@ -91,40 +110,115 @@ class SqliteStore:
     # ---------------------------------------------------------------- opening / closing
     @classmethod
     async def open(
-        cls, url: str, *, faults: Faults | None = None, migrations: Mapping[str, Sequence[str]] | None = None
+        cls,
+        url: str,
+        *,
+        faults: Faults | None = None,
+        migrations: Mapping[str, Sequence[str]] | None = None,
+        readonly: bool = False,
     ) -> SqliteStore:
-        """Take the process lock, open the file in WAL mode, migrate the schema.
+        """Take the process lock, open the file in WAL mode, migrate the schema (`readonly=True`: none of
+        that — see `open_readonly`).
 
-        Raises `StoreLocked` at once when another process (or another open store) owns the file, and
-        `SchemaTooNew` when the file was written by a newer stead."""
+        Raises `StoreLocked` at once when another process (or another open store) owns the file,
+        `SchemaTooNew` when the file was written by a newer stead, and `StoreError` naming the file when it
+        cannot be opened or is not a stead store."""
         path, options = parse_sqlite_url(url)
+        if readonly:
+            return cls._open_readonly(url, path, faults, migrations)
         sync = options.get("synchronous", "full").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise InvalidInput(f"synchronous must be normal or full, not {sync.lower()!r}")
         lock_fd: int | None = None
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            _check_not_directory(path)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(
+                    f"cannot create the directory of {path}: {e.strerror or e} ({Path(path).parent})"
+                ) from None
+            try:
+                lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(
+                    f"cannot open {path} for writing: its lock file {path}.lock cannot be created "
+                    f"({e.strerror or e}); a read-only store can still be inspected with readonly=True"
+                ) from None
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(lock_fd)
+                owner = _lock_owner(path)
                 raise StoreLocked(
-                    f"{path} is owned by another process (lock {path}.lock is held); "
-                    "one process owns a SQLite store at a time — use PostgreSQL for several workers"
+                    f"{path} is owned by another process ({owner}lock {path}.lock is held); one process owns "
+                    "a SQLite store at a time — inspect it meanwhile with stead.open(url, readonly=True) "
+                    "(or `stead agents`, `stead history`, `stead runs`)"
                 ) from None
+            _write_pid(lock_fd)
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={sync}")
-            conn.execute("PRAGMA foreign_keys=OFF")
-            conn.execute("PRAGMA busy_timeout=0")
-            _migrate(conn, path, migrations)
+            try:
+                _check_foreign(conn, path)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={sync}")
+                conn.execute("PRAGMA foreign_keys=OFF")
+                conn.execute("PRAGMA busy_timeout=0")
+                _migrate(conn, path, migrations)
+            except BaseException:
+                conn.close()
+                raise
+        except sqlite3.Error as e:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise file_error(path, e) from None
         except BaseException:
             if lock_fd is not None:
                 os.close(lock_fd)
             raise
         return cls(url, path, conn, lock_fd, faults)
+
+    @classmethod
+    def _open_readonly(
+        cls, url: str, path: str, faults: Faults | None, migrations: Mapping[str, Sequence[str]] | None
+    ) -> SqliteStore:
+        """Open for inspection: no lock, SQLite read-only mode, no migration; refuse what is not a stead
+        store of this version (or older in a module only: its tables may be missing and then read as
+        errors naming the file)."""
+        if path == ":memory:":
+            raise InvalidInput("an in-memory store (sqlite:///:memory:) cannot be opened read-only")
+        _check_not_directory(path)
+        file = Path(path)
+        if not file.exists():
+            raise StoreError(f"{path}: no such database file (opening read-only never creates one)")
+        uri = file.resolve().as_uri() + "?mode=ro"
+        try:
+            try:
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:
+                if Path(path + "-wal").exists():
+                    raise
+                # a read-only directory where SQLite cannot create its -shm file: with no WAL to read,
+                # the file alone is the database (no owner runs: an owner keeps a WAL file)
+                conn = sqlite3.connect(
+                    file.resolve().as_uri() + "?mode=ro&immutable=1",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            try:
+                conn.execute("PRAGMA busy_timeout=5000")
+                tables = _tables(conn)
+                if "stead_meta" not in tables:
+                    raise StoreError(_not_stead(path, tables))
+                _check_versions(conn, path, migrations)
+            except BaseException:
+                conn.close()
+                raise
+        except sqlite3.Error as e:
+            raise file_error(path, e) from None
+        return cls(url, path, conn, None, faults, readonly=True)
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -207,6 +301,14 @@ class _TxContext:
                 else Closed("the store is closed")
             )
         tx = _SqliteTx(store, conn)
+        if store.readonly:
+            # one read transaction: a consistent snapshot of what the owner had committed at this point
+            try:
+                conn.execute("BEGIN")
+                tx.began = True
+            except sqlite3.Error as e:
+                store._write_lock.release()
+                raise file_error(store.path, e) from None
         self._tx = tx
         self._token = _current.set(tx)
         return tx
@@ -312,8 +414,22 @@ class _SqliteTx:
             raise StoreError("this transaction has ended")
         return self.store._op(name)
 
+    def _r(self, name: str, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run a read; SQLite failures (a corrupted page, a table an old store lacks) are `StoreError`s
+        naming the file."""
+        conn = self._c(name)
+        try:
+            return conn.execute(sql, tuple(params))
+        except sqlite3.Error as e:
+            raise file_error(self.store.path, e) from None
+
     def _w(self, name: str) -> sqlite3.Connection:
         """A write: the first one opens the SQLite transaction (lazy BEGIN)."""
+        if self.store.readonly:
+            raise ReadOnly(
+                f"{self.store.path} was opened with readonly=True: it can be read, not written "
+                "(open it without readonly=True in the process that owns it)"
+            )
         conn = self._c(name)
         if not self.began:
             try:
@@ -331,32 +447,22 @@ class _SqliteTx:
 
     # -- KV
     async def get(self, agent_id: str, key: str) -> str | None:
-        row = (
-            self._c("get")
-            .execute("SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key))
-            .fetchone()
-        )
+        row = self._r("get", "SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key)).fetchone()
         return None if row is None else str(row[0])
 
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
-        return (
-            self._c("read_prefix")
-            .execute(
-                "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
-                (agent_id, prefix, prefix + "\U0010ffff"),
-            )
-            .fetchall()
-        )
+        return self._r(
+            "read_prefix",
+            "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
+            (agent_id, prefix, prefix + "\U0010ffff"),
+        ).fetchall()
 
     async def last_key(self, agent_id: str, prefix: str) -> str | None:
-        row = (
-            self._c("last_key")
-            .execute(
-                "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
-                (agent_id, prefix, prefix + "\U0010ffff"),
-            )
-            .fetchone()
-        )
+        row = self._r(
+            "last_key",
+            "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
+            (agent_id, prefix, prefix + "\U0010ffff"),
+        ).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
     async def write(self, agent_id: str, key: str, value: str) -> None:
@@ -395,11 +501,9 @@ class _SqliteTx:
         self._seq[agent_id] = seq
 
     async def load(self, agent_id: str) -> list[str]:
-        rows = (
-            self._c("load")
-            .execute("SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,))
-            .fetchall()
-        )
+        rows = self._r(
+            "load", "SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,)
+        ).fetchall()
         return [r[0] for r in rows]
 
     async def clear(self, agent_id: str) -> None:
@@ -415,22 +519,17 @@ class _SqliteTx:
         return cur.rowcount == 1
 
     async def get_agent(self, agent_id: str) -> AgentRow | None:
-        r = (
-            self._c("get_agent")
-            .execute("SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,))
-            .fetchone()
-        )
+        r = self._r(
+            "get_agent", "SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,)
+        ).fetchone()
         return None if r is None else AgentRow(r[0], r[1], r[2], r[3])
 
     async def list_agents(self) -> list[tuple[AgentRow, bool]]:
-        rows = (
-            self._c("list_agents")
-            .execute(
-                "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
-                "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id"
-            )
-            .fetchall()
-        )
+        rows = self._r(
+            "list_agents",
+            "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
+            "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id",
+        ).fetchall()
         return [(AgentRow(r[0], r[1], r[2], r[3]), bool(r[4])) for r in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
@@ -441,14 +540,11 @@ class _SqliteTx:
         return conn.execute("DELETE FROM agents WHERE id=?", (agent_id,)).rowcount == 1
 
     async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:
-        rows = (
-            self._c("agents_owing_work")
-            .execute(
-                "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
-                "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'"
-            )
-            .fetchall()
-        )
+        rows = self._r(
+            "agents_owing_work",
+            "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
+            "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'",
+        ).fetchall()
         return [(AgentRow(r[0], r[1], r[2], r[3]), r[4]) for r in rows]
 
     # -- relational
@@ -456,7 +552,97 @@ class _SqliteTx:
         return self._w("execute").execute(sql, tuple(params)).rowcount
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._c("fetch").execute(sql, tuple(params)).fetchall()
+        return self._r("fetch", sql, params).fetchall()
+
+
+def file_error(path: str, error: sqlite3.Error) -> StoreError:
+    """A SQLite failure on opening or reading `path`, as one line naming the file and what it means."""
+    text = str(error)
+    lowered = text.lower()
+    if "file is not a database" in lowered:
+        return StoreError(f"{path} is not a SQLite database (it holds something else)")
+    if "malformed" in lowered or "corrupt" in lowered:
+        return StoreError(f"{path} is corrupted ({text}); restore it from a backup")
+    if "readonly" in lowered or "read-only" in lowered:
+        return StoreError(
+            f"{path} is read-only ({text}); inspect it with readonly=True, or make it writable to own it"
+        )
+    if "unable to open" in lowered or "disk i/o" in lowered:
+        return StoreError(f"cannot open {path} ({text}): check that it is a readable file")
+    if "no such table" in lowered:
+        return StoreError(f"{path} lacks a table ({text}): open it once without readonly=True to upgrade it")
+    return StoreError(f"{path}: {text}")
+
+
+def _check_not_directory(path: str) -> None:
+    if Path(path).is_dir():
+        raise StoreError(f"{path} is a directory, not a database file (name a file, e.g. {path}/stead.db)")
+
+
+def _write_pid(lock_fd: int) -> None:
+    """Record the owner's pid in the lock file (best effort: the lock, not the text, is the ownership)."""
+    try:
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:  # pragma: no cover - a full disk; ownership still holds
+        pass
+
+
+def _lock_owner(path: str) -> str:
+    """`pid 1234, ` when the lock file names its owner (an owner from before pids were written: empty)."""
+    try:
+        text = Path(path + ".lock").read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return ""
+    return f"pid {text}, " if text.isdigit() else ""
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+
+
+def _not_stead(path: str, tables: Sequence[str]) -> str:
+    if not tables:
+        return f"{path} is not a stead store (it is an empty database)"
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    return f"{path} is not a stead store (it is a SQLite database of another application; tables: {shown})"
+
+
+def _check_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """An owner initializes an empty file, never another application's database."""
+    tables = _tables(conn)
+    if tables and "stead_meta" not in tables:
+        raise StoreError(_not_stead(path, tables))
+
+
+def _check_versions(
+    conn: sqlite3.Connection, path: str, modules: Mapping[str, Sequence[str]] | None = None
+) -> None:
+    """For inspection: refuse a store this code cannot read (newer anywhere, or an older kernel schema,
+    which only an owner can migrate)."""
+    version = _version(conn, "schema_version")
+    if version > SCHEMA_VERSION:
+        raise _too_new(path, "schema_version", version, SCHEMA_VERSION)
+    if version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, older than this stead's {SCHEMA_VERSION}; open it once "
+            "without readonly=True to migrate it"
+        )
+    for module, migrations in (modules or {}).items():
+        key = f"schema_version:{module}"
+        found = _version(conn, key)
+        if found > len(migrations):
+            raise _too_new(path, key, found, len(migrations))
+
+
+def _version(conn: sqlite3.Connection, key: str) -> int:
+    row = conn.execute("SELECT value FROM stead_meta WHERE key=?", (key,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _too_new(path: str, key: str, version: int, known: int) -> SchemaTooNew:
+    what = "this stead's" if key == "schema_version" else f"module {key.split(':', 1)[1]!r}'s"
+    return SchemaTooNew(f"{path} has schema version {version}, newer than {what} {known}; upgrade stead")
 
 
 def _migrate(conn: sqlite3.Connection, path: str, modules: Mapping[str, Sequence[str]] | None = None) -> None:
@@ -472,14 +658,9 @@ def _migrate(conn: sqlite3.Connection, path: str, modules: Mapping[str, Sequence
 
 
 def _migrate_module(conn: sqlite3.Connection, path: str, key: str, migrations: Sequence[str]) -> None:
-    row = conn.execute("SELECT value FROM stead_meta WHERE key=?", (key,)).fetchone()
-    version = int(row[0]) if row else 0
+    version = _version(conn, key)
     if version > len(migrations):
-        conn.close()
-        what = "this stead's" if key == "schema_version" else f"module {key.split(':', 1)[1]!r}'s"
-        raise SchemaTooNew(
-            f"{path} has schema version {version}, newer than {what} {len(migrations)}; upgrade stead"
-        )
+        raise _too_new(path, key, version, len(migrations))
     while version < len(migrations):
         conn.execute("BEGIN IMMEDIATE")
         try:
