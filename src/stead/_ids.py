@@ -35,7 +35,7 @@ __all__ = ["ID_RULE", "MAX_ID_LENGTH", "is_valid_id", "is_valid_user_id", "new_i
 _generator = Cuid(random_generator=random.Random)
 
 MAX_ID_LENGTH = 128
-_USER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,%d}" % MAX_ID_LENGTH)
+_USER_ID = re.compile(rf"[A-Za-z0-9._:@-]{{1,{MAX_ID_LENGTH}}}")
 ID_RULE = f"1-{MAX_ID_LENGTH} characters from A-Z a-z 0-9 . _ : @ -"
 """The caller-chosen id rule, as error messages state it."""
 

@@ -126,6 +126,18 @@ class SqliteStore:
         path, options = parse_sqlite_url(url)
         if readonly:
             return cls._open_readonly(url, path, faults, migrations)
+        return cls._open_owner(url, path, options, faults, migrations)
+
+    @classmethod
+    def _open_owner(
+        cls,
+        url: str,
+        path: str,
+        options: Mapping[str, str],
+        faults: Faults | None,
+        migrations: Mapping[str, Sequence[str]] | None,
+    ) -> SqliteStore:
+        """Lock, open, migrate. Local file operations of microseconds: run on the loop thread."""
         sync = options.get("synchronous", "full").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise InvalidInput(f"synchronous must be normal or full, not {sync.lower()!r}")
@@ -138,6 +150,7 @@ class SqliteStore:
                 raise StoreError(
                     f"cannot create the directory of {path}: {e.strerror or e} ({Path(path).parent})"
                 ) from None
+            new_lock = not os.path.exists(path + ".lock")
             try:
                 lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
@@ -168,13 +181,13 @@ class SqliteStore:
             except BaseException:
                 conn.close()
                 raise
-        except sqlite3.Error as e:
+        except BaseException as e:
             if lock_fd is not None:
+                if new_lock:  # leave nothing behind next to a file that is not ours
+                    _unlink(path + ".lock")
                 os.close(lock_fd)
-            raise file_error(path, e) from None
-        except BaseException:
-            if lock_fd is not None:
-                os.close(lock_fd)
+            if isinstance(e, sqlite3.Error):
+                raise file_error(path, e) from None
             raise
         return cls(url, path, conn, lock_fd, faults)
 
@@ -579,6 +592,13 @@ def _check_not_directory(path: str) -> None:
         raise StoreError(f"{path} is a directory, not a database file (name a file, e.g. {path}/stead.db)")
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:  # pragma: no cover
+        pass
+
+
 def _write_pid(lock_fd: int) -> None:
     """Record the owner's pid in the lock file (best effort: the lock, not the text, is the ownership)."""
     try:
@@ -598,7 +618,8 @@ def _lock_owner(path: str) -> str:
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
-    return [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
+    return [str(r[0]) for r in rows]
 
 
 def _not_stead(path: str, tables: Sequence[str]) -> str:
