@@ -46,7 +46,7 @@ def test_a_yaml_file_that_is_not_a_definition_is_named(tmp_path: Path) -> None:
         f"{compose}:1: not an agent definition: it has none of the keys name, model, instructions "
         "(its keys: services)"
     )
-    with pytest.raises(DefinitionError, match="docker-compose.yaml:1: not an agent definition"):
+    with pytest.raises(DefinitionError, match=r"docker-compose\.yaml:1: not an agent definition"):
         load_definition(compose)
     with pytest.raises(DefinitionError, match=r"model.yaml:1: this is a scripted model file"):
         load_definition(tmp_path / "model.yaml")
