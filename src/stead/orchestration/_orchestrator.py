@@ -32,6 +32,7 @@ from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
 from stead.messages import Message, Text
 from stead.orchestration._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead.providers.base import Provider
+from stead.routing import CATALOG
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
 
@@ -110,6 +111,9 @@ class Orchestrator:
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
         self._system: AgentSystem | None = None
         self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self.model_override: str | None = None
+        """When set, every agent built from a definition uses this model string instead of the
+        definition's candidates (`stead run --model`); instructions, tools and limits are unchanged."""
 
     # ------------------------------------------------------------------ wiring (stead.open)
     def bind(self, system: AgentSystem) -> None:
@@ -162,6 +166,8 @@ class Orchestrator:
 
     def _resolve_model(self, definition: AgentDefinition) -> tuple[str, str]:
         system = self.system
+        if self.model_override is not None:
+            return system.router.provider_name(None, self.model_override), self.model_override
         for i, candidate in enumerate(definition.candidates):
             provider, model = parse_model(candidate)
             if provider == "scripted":
@@ -171,9 +177,10 @@ class Orchestrator:
                 continue
             if provider in system.providers:
                 return provider, model
+            # a vendor's model (openai:..., anthropic:...) is served through the catalog when its key is set
             resolve = system._env.resolve_provider
-            if resolve is not None and resolve({"provider": provider, "model": model}) is not None:
-                return provider, model
+            if resolve is not None and resolve({"provider": CATALOG, "model": candidate}) is not None:
+                return CATALOG, candidate
         raise ConfigurationError(
             f"definition {definition.name!r}: none of its model candidates has a registered provider "
             f"({', '.join(definition.candidates)}); "

@@ -1,0 +1,5 @@
+"""placeholder"""
+
+
+def chat() -> None:
+    """Chat."""
