@@ -32,7 +32,7 @@ from stead.cli._common import (
 from stead.cli._models import models as _models_command
 from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption, ModelOption
 from stead.cli._printer import Printer, TeamProgress
-from stead.cli._render import call_summary, message_json
+from stead.cli._render import message_json, print_history
 from stead.cli._runs import runs_app
 from stead.cli._signals import Stopper
 from stead.cli._source import (
@@ -45,9 +45,8 @@ from stead.cli._source import (
     read_message,
     split_args,
 )
-from stead.messages import Reasoning, Text, ToolCall, ToolResult
 
-__all__ = ["app", "main", "print_history"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     name="stead",
@@ -222,14 +221,6 @@ async def _history(agent_id: str, db: str) -> list[stead.Message]:
         return await agent.history()
 
 
-_ROLE_STYLE = {
-    "user": "bold green",
-    "assistant": "bold cyan",
-    "tool": "bold magenta",
-    "system": "bold yellow",
-}
-
-
 @app.command(cls=SteadCommand, short_help="Print an agent's conversation.")
 def history(
     agent_id: Annotated[str, typer.Argument(metavar="AGENT_ID", help="The agent's id.", show_default=False)],
@@ -246,31 +237,6 @@ def history(
         typer.echo(json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False))
         return
     print_history(out(), messages)
-
-
-def print_history(console: Console, messages: list[stead.Message]) -> None:
-    """The conversation as `stead history` prints it (also `/history` in `stead chat`)."""
-    names: dict[str, str] = {}
-    for m in messages:
-        console.print(RichText(m.role, style=_ROLE_STYLE.get(m.role, "bold")))
-        for b in m.content:
-            if isinstance(b, Text):
-                console.print(RichText(_indent(b.text)))
-            elif isinstance(b, Reasoning):
-                console.print(RichText(_indent("(thinking) " + b.text), style="dim italic"))
-            elif isinstance(b, ToolCall):
-                if b.id is not None:
-                    names[b.id] = b.name
-                console.print(RichText(_indent(f"→ {call_summary(b, 2000)}"), style="cyan"))
-            elif isinstance(b, ToolResult):
-                name = names.get(b.call_id, "tool")
-                style = "red" if b.is_error else ""
-                mark = "✗" if b.is_error else "←"
-                console.print(RichText(_indent(f"{mark} {name}: {b.output}"), style=style))
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines() or [""])
 
 
 app.command(name="chat", cls=SteadCommand, short_help="Talk with an agent; typing while it works steers it.")(

@@ -15,7 +15,7 @@ import stead
 from stead.cli._common import DEFAULT_DB, DbOption, SteadCommand, SteadGroup, err, execute, inspect_db, wide
 from stead.cli._render import one_line
 
-__all__ = ["runs_app"]
+__all__ = ["runs_app", "runs_table"]
 
 # ---------------------------------------------------------------------------------------------------- runs
 runs_app = typer.Typer(
@@ -114,6 +114,11 @@ def runs(
     if not found:
         err().print(RichText(f"no runs in {db}", style="dim"))
         return
+    wide().print(runs_table(found))
+
+
+def runs_table(found: list[stead.Run]) -> Table:
+    """Runs as `stead runs` shows them (also `/runs` in `stead chat`)."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
         table.add_column(col, no_wrap=True)
@@ -129,7 +134,7 @@ def runs(
             f"{r.input_tokens}/{r.output_tokens}",
             _cost(r.cost),
         )
-    wide().print(table)
+    return table
 
 
 def _run_label(r: stead.Run) -> RichText:
