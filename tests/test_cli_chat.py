@@ -105,3 +105,10 @@ def test_chat_usage_errors(tmp_path: Path) -> None:
     assert result.returncode == 2 and "AGENT_NAME is required" in result.stderr
     result = run_cli("chat", str(definition), "extra", cwd=tmp_path)
     assert result.returncode == 2 and "unexpected argument 'extra'" in result.stderr
+
+
+def test_chat_reads_piped_lines_and_answers_them_before_leaving(tmp_path: Path) -> None:
+    definition = write_waiting_agent(tmp_path / "defs", tmp_path / "go")
+    result = run_cli("chat", str(definition), "--db", "p.db", cwd=tmp_path, stdin="hello\n")
+    assert result.returncode == 0, result.stderr
+    assert "echo: hello" in result.stdout

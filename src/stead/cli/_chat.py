@@ -215,6 +215,8 @@ class _Chat:
                     return
                 continue
             if line is None:
+                if not self.lines.tty and not self.terminated:
+                    await self.agent.wait_idle()  # piped input: answer what was sent before leaving
                 return
             line = line.strip()
             if not line:
