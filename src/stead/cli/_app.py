@@ -101,6 +101,8 @@ async def _run(
         )
         progress.system = system
         try:
+            if stopper.stopping:  # interrupted while opening: create nothing
+                raise Interrupted(stopper.code, agent_id)
             agent = await create_or_get(system, source, agent_id)
             stopper.agent_id = progress.root = agent.id
             stream = agent.events()

@@ -229,8 +229,9 @@ class _Chat:
 
 
 async def _chat(source: Source, agent_id: str | None, db: str, model: str | None, max_payload: int) -> int:
-    # notes go to stdout too: one stream keeps them in order with the streamed answer above the prompt
-    printer = Printer(Console(highlight=False, soft_wrap=True), line_buffered=True)
+    # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt
+    tty = sys.stdin is not None and sys.stdin.isatty()
+    printer = Printer(Console(stderr=not tty, highlight=False, soft_wrap=True), line_buffered=True)
     progress = TeamProgress(printer)
     system = await open_owner(
         source, db, agent_id, model=model, hooks=[progress], max_payload_bytes=max_payload
