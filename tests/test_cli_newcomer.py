@@ -209,6 +209,10 @@ def test_database_file_errors_are_one_line(tmp_path: Path) -> None:
         assert one_error_line(result).startswith(expected)
     result = run_cli("agents", "--db", "", cwd=tmp_path)
     assert result.returncode == 2 and one_error_line(result).startswith("error: --db is empty")
+    result = run_cli("agents", "--db", "no/such/dir/x.db", cwd=tmp_path)  # a missing parent directory
+    assert one_error_line(result).startswith("error: no/such/dir/x.db: no such database file")
+    result = run_cli(*run_args, "--db", "junk.db/x.db", cwd=tmp_path)  # a parent that cannot be created
+    assert one_error_line(result).startswith("error: cannot create the directory of junk.db/x.db")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "junk.db"]  # nothing created
 
     damaged = tmp_path / "damaged.db"
