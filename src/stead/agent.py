@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from stead._changes import CHANGES_KEY, RuntimeChange
-from stead._ids import is_valid_id, new_id
+from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
 from stead.core.config import PERMISSION_MODES, AgentConfig
@@ -29,7 +29,7 @@ from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
 if TYPE_CHECKING:
     from stead._admission import Admission
 
-__all__ = ["Acceptance", "Agent", "Input"]
+__all__ = ["Acceptance", "Agent", "Input", "check_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,11 +242,8 @@ class Agent:
     def _validate(self, item: Input) -> Inbound:
         """A7: refuse bad input before any write, and copy the payload."""
         msg_id = item.id if item.id is not None else new_id()
-        if not is_valid_id(msg_id):
-            raise InvalidId(
-                f"message id {item.id!r} is not a cuid2 id (lowercase letters and digits, "
-                "starting with a letter, 2–32 characters)"
-            )
+        if not is_valid_user_id(msg_id):
+            raise InvalidId(f"message id {_shown(item.id)} is not a valid id: use {ID_RULE}")
         if item.delivery not in ("send", "steer"):
             raise InvalidInput(f"delivery must be 'send' or 'steer', not {item.delivery!r}")
         if item.role not in ("user", "system"):
@@ -275,11 +272,7 @@ class Agent:
                 settings["provider"] = chosen.provider
         elif "provider" in settings:
             self._admission.router.check(str(settings["provider"]), self._rt.settings.get("model"))
-        content = [encode_block(b) for b in blocks]
-        size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
-        limit = self._admission.max_payload_bytes
-        if size > limit:
-            raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes")
+        content = encoded_content(blocks, metadata, self._admission.max_payload_bytes)
         return Inbound(msg_id, item.delivery, item.role, content, metadata, settings)
 
     def _incoming(self, item: Inbound) -> IncomingMessage:
@@ -380,6 +373,43 @@ def _settings(
         if v is not None:
             out[k] = v
     return out
+
+
+def _shown(value: object) -> str:
+    """An id as an error message shows it: repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+PAYLOAD_LIMIT_HINT = "raise it with stead.open(max_payload_bytes=...)"
+
+
+def check_message(
+    content: str | Sequence[Block],
+    *,
+    metadata: dict[str, Any] | None = None,
+    max_payload_bytes: int,
+    limit_hint: str = PAYLOAD_LIMIT_HINT,
+) -> None:
+    """Refuse content that `send` would refuse (empty, not text, larger than the payload limit), without
+    an agent: callers that create an agent for a message check first, so a refused message never leaves
+    an agent behind. `limit_hint` says how to raise the limit (the CLI names its option)."""
+    encoded_content(_content_blocks(content), metadata, max_payload_bytes, limit_hint)
+
+
+def encoded_content(
+    blocks: Sequence[Block],
+    metadata: dict[str, Any] | None,
+    limit: int,
+    limit_hint: str = PAYLOAD_LIMIT_HINT,
+) -> list[dict[str, Any]]:
+    """The stored form of the blocks; `InvalidInput` naming the limit and how to raise it when the
+    payload (content and metadata, as JSON) is larger than `limit` bytes."""
+    content = [encode_block(b) for b in blocks]
+    size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
+    if size > limit:
+        raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes ({limit_hint})")
+    return content
 
 
 def _content_blocks(content: str | Sequence[Block]) -> list[Block]:

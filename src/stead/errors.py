@@ -9,6 +9,7 @@ SteadError
   Closed                  the agent or system no longer accepts work
   StoreError              the store failed; the operation had no durable effect
     StoreLocked           another process owns the database
+    ReadOnly              a write through a store opened with readonly=True
     StoreCrashed          (tests) the store was made to fail permanently
     SchemaTooNew
   ProviderError           a model provider failed (`retryable` tells whether retrying may help)
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "ProviderError",
+    "ReadOnly",
     "RunFailed",
     "RunNotFound",
     "SchemaTooNew",
@@ -51,7 +53,7 @@ class InvalidInput(SteadError, ValueError):
 
 
 class InvalidId(InvalidInput):
-    """An id is not a cuid2 string."""
+    """An id is malformed (caller-chosen ids: 1-128 characters from `[A-Za-z0-9._:@-]`)."""
 
 
 class NotFound(SteadError, LookupError):
@@ -80,6 +82,10 @@ class StoreError(SteadError):
 
 class StoreLocked(StoreError):
     """Another process (or another open store in this process) owns the database."""
+
+
+class ReadOnly(StoreError):
+    """A write was attempted through a store (or agent system) opened with `readonly=True`."""
 
 
 class StoreCrashed(StoreError):

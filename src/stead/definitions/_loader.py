@@ -40,7 +40,28 @@ def load_definition(path: str | Path, *, providers: Collection[str] = ()) -> Age
     return definition
 
 
-def _load(p: Path, providers: Collection[str] = ()) -> tuple[AgentDefinition, YamlDocument]:
+_MARKERS = ("name", "model", "instructions", "tools", "sub_agents")
+"""Keys that make a YAML file an agent definition (one with errors, perhaps): a file with none of them is
+something else and is reported as such instead of as a list of unknown keys."""
+
+
+def _check_is_definition(doc: YamlDocument) -> None:
+    data = doc.data
+    if isinstance(data, dict) and data.get("scripted") is True:
+        raise doc.error("this is a scripted model file (scripted: true), not an agent definition")
+    if not isinstance(data, dict):
+        return  # empty files and lists get load_yaml_model's own messages
+    if not any(k in data for k in _MARKERS):
+        keys = ", ".join(str(k) for k in list(data)[:5]) + (", ..." if len(data) > 5 else "")
+        raise doc.error(
+            f"not an agent definition: it has none of the keys name, model, instructions (its keys: {keys})"
+        )
+
+
+def _load(
+    p: Path, providers: Collection[str] = (), doc: YamlDocument | None = None
+) -> tuple[AgentDefinition, YamlDocument]:
+    _check_is_definition(doc if doc is not None else read_yaml(p, what="agent definition"))
     definition, doc = load_yaml_model(p, AgentDefinition, what="agent definition")
     definition._source = p.resolve()
     compile_instructions(definition, doc)
@@ -80,19 +101,21 @@ def _load_scripted(
 
 def load_registry(directory: str | os.PathLike[str], *, providers: Collection[str] = ()) -> Registry:
     """Load every agent definition in `directory` (`*.yaml` / `*.yml` at its top level; scripted model
-    files — `scripted: true` — are skipped) and check the references between them: unknown sub-agents,
-    delegation cycles, duplicate names and sub-agents that clash with a tool name. Every problem is a
-    `DefinitionError` naming `file:line:` and the field. `providers`: as for `load_definition`."""
+    files — `scripted: true` — and hidden files such as `.pre-commit-config.yaml` are skipped) and check the
+    references between them: unknown sub-agents, delegation cycles, duplicate names and sub-agents that
+    clash with a tool name. Every problem is a `DefinitionError` naming `file:line:` and the field; any
+    other YAML file (`docker-compose.yaml`, say) is refused as "not an agent definition", naming it.
+    `providers`: as for `load_definition`."""
     d = Path(directory)
     if not d.is_dir():
         raise DefinitionError("definitions directory not found", path=str(d))
     docs: dict[str, tuple[AgentDefinition, YamlDocument]] = {}
-    files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+    files = sorted(f for f in [*d.glob("*.yaml"), *d.glob("*.yml")] if not f.name.startswith("."))
     for f in files:
         head = read_yaml(f, what="agent definition")
         if isinstance(head.data, dict) and head.data.get("scripted") is True:
             continue  # a scripted model file living next to the definitions
-        definition, doc = _load(f, providers)
+        definition, doc = _load(f, providers, head)
         if definition.name in docs:
             other = docs[definition.name][0].source
             raise doc.error(f"name: another definition is named {definition.name!r} ({other})", ["name"])
@@ -204,6 +227,8 @@ def _import_module(name: str, base: Path) -> ModuleType:
         if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
             raise ConfigurationError(f"module {name!r} not found (searched sys.path and {base})") from None
         raise ConfigurationError(f"importing {name} failed: {e}") from None
+    except ConfigurationError as e:  # e.g. a @stead.tool whose parameter type has no JSON schema
+        raise ConfigurationError(f"{name}: {e}") from None
     except Exception as e:
         raise ConfigurationError(f"importing {name} failed: {type(e).__name__}: {e}") from None
 
@@ -225,6 +250,9 @@ def _import_file(file: Path, shown: str) -> ModuleType:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+    except ConfigurationError as e:  # e.g. a @stead.tool whose parameter type has no JSON schema
+        del sys.modules[mod_name]
+        raise ConfigurationError(f"{shown}: {e}") from None
     except Exception as e:
         del sys.modules[mod_name]
         raise ConfigurationError(f"importing {shown} failed: {type(e).__name__}: {e}") from None

@@ -111,6 +111,9 @@ class Orchestrator:
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
         self._system: AgentSystem | None = None
         self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self.model_override: str | None = None
+        """When set, every agent built from a definition uses this model string instead of the
+        definition's candidates (`stead run --model`); instructions, tools and limits are unchanged."""
 
     # ------------------------------------------------------------------ wiring (stead.open)
     def bind(self, system: AgentSystem) -> None:
@@ -166,6 +169,9 @@ class Orchestrator:
         system's model router (one grammar with `create(model=)`); a scripted model file is served by the
         definition's own scripted provider when it is registered (`providers()`)."""
         system = self.system
+        if self.model_override is not None:  # `--model`: every agent this command creates uses it
+            chosen = system.router.resolve(self.model_override)
+            return chosen.provider, chosen.model
         try:
             chosen = system.router.resolve(definition.candidates, base_dir=definition.base_dir)
         except ConfigurationError as e:

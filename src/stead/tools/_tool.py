@@ -200,8 +200,10 @@ def _build(
             raise ConfigurationError(f"tool {tool_name!r}: *args/**kwargs parameters are not supported")
         default = param.default if param.default is not param.empty else ...
         fields[pname] = (annotation, pydantic.Field(default, description=arg_docs.get(pname)))
-    model = pydantic.create_model(f"{tool_name}_arguments", **fields)
-    schema = model.model_json_schema()
+    try:
+        model, schema = _schema(tool_name, fields)
+    except Exception as e:
+        raise ConfigurationError(_schema_problem(tool_name, fields, e)) from None
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         if isinstance(prop, dict):
@@ -217,6 +219,34 @@ def _build(
         _ctx_param=ctx_param,
         _is_async=inspect.iscoroutinefunction(fn),
     )
+
+
+def _schema(tool_name: str, fields: dict[str, Any]) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    model = pydantic.create_model(f"{tool_name}_arguments", **fields)
+    return model, model.model_json_schema()
+
+
+def _type_name(annotation: Any) -> str:
+    name = getattr(annotation, "__qualname__", None)
+    if isinstance(name, str) and not getattr(annotation, "__args__", None):
+        return name
+    return repr(annotation)
+
+
+def _schema_problem(tool_name: str, fields: dict[str, Any], error: Exception) -> str:
+    """Which parameter's type cannot become a JSON schema (found by trying them one at a time), in one
+    line — instead of pydantic's page-long explanation, when the tool is defined (so at load time)."""
+    for pname, spec in fields.items():
+        try:
+            _schema(tool_name, {pname: spec})
+        except Exception:
+            return (
+                f"tool {tool_name!r}: parameter {pname!r} has type {_type_name(spec[0])}, which cannot be "
+                "turned into a JSON schema for the model; use str, int, float, bool, lists, dicts, a "
+                "pydantic model, a dataclass or a TypedDict"
+            )
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"tool {tool_name!r}: its parameters cannot be turned into a JSON schema: {first}"
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters):\s*$", re.MULTILINE)
