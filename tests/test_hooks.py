@@ -1,4 +1,4 @@
-"""Hooks (DESIGN §5 "Hooks", X3): transactional hooks run inside the transaction they describe and roll it
+"""Hooks (docs/promises.md "Hooks", X3): transactional hooks run inside the transaction they describe and roll it
 back on failure; observing hooks run after commit and never fail a run; activation and settlement hooks fire
 exactly once per active period."""
 

@@ -1,4 +1,4 @@
-"""Run records (DESIGN §8): `runs` and `run_steps` (with the `prompt_runs` view over its prompt steps),
+"""Run records (docs/observability.md): `runs` and `run_steps` (with the `prompt_runs` view over its prompt steps),
 written by `RunRecorder` hooks.
 
 Every row is written inside the kernel's own transaction for the change it describes (the hook's `ctx.tx`),
