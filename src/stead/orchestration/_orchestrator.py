@@ -5,9 +5,9 @@ runtime changes and guardrails.
 scripted models the definitions name, and one *delegation tool* per definition (named after it), and
 installs `OrchestrationHooks` (runtime changes + guardrails) on the kernel.
 
-Delegation (docs/orchestration.md): the delegation tool is `durable=True` and idempotent. The child agent id and the
-child message id are allocated once through the call-bound KV, so a delegation re-executed after a crash
-re-attaches to the same child (the send with the same message id returns `created=False`) instead of
+Delegation (docs/orchestration.md): the delegation tool is `durable=True` and idempotent. The child agent id
+and the child message id are allocated once through the call-bound KV, so a delegation re-executed after a
+crash re-attaches to the same child (the send with the same message id returns `created=False`) instead of
 starting a second one. The tool waits for the child to settle and returns the child's final answer; a
 failed child run becomes an error result. Delegations of one parent run concurrently under a cap (a
 semaphore per parent agent, default 5); the kernel commits their results in call order. Aborting the parent
