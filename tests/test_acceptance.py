@@ -1,4 +1,4 @@
-"""Acceptance promises A1–A7 (DESIGN §5): a message is accepted exactly once or not at all."""
+"""Acceptance promises A1–A7 (docs/promises.md): a message is accepted exactly once or not at all."""
 
 from __future__ import annotations
 
@@ -523,8 +523,8 @@ async def test_A7_payload_is_copied_at_admission(db_url: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"content": "hi", "id": "Not-A-Cuid"}, stead.InvalidId),
-        ({"content": "hi", "id": "1abc"}, stead.InvalidId),
+        ({"content": "hi", "id": "not an id"}, stead.InvalidId),  # caller-chosen ids: [A-Za-z0-9._:@-]
+        ({"content": "hi", "id": "a/b"}, stead.InvalidId),
         ({"content": "hi", "id": ""}, stead.InvalidId),
         ({"content": ""}, stead.InvalidInput),
         ({"content": "   \n"}, stead.InvalidInput),

@@ -1,4 +1,5 @@
-"""Randomized chaos harness (DESIGN §5, §12): a seeded workload, real SIGKILLs, invariants from the store.
+"""Randomized chaos harness (docs/promises.md, docs/chaos.md): a seeded workload, real SIGKILLs,
+invariants from the store.
 
 One *seed* runs like this (`run_seed`):
 
@@ -425,7 +426,7 @@ def describe_stuck(agents: list[stead.Agent]) -> str:
             rt._loop_task.print_stack(limit=8, file=buf)
         parts.append(
             f"{a.id}: loop={rt._loop_task is not None} pending={rt.pending} accepting={rt._accepting} "
-            f"aborting={rt._aborting} draining={rt._draining} blocked={rt.blocked} {buf.getvalue()!r}"
+            f"aborting={rt.aborting} draining={rt.draining} blocked={rt.blocked} {buf.getvalue()!r}"
         )
     return "; ".join(parts)
 

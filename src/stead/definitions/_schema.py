@@ -1,4 +1,4 @@
-"""The agent definition schema (DESIGN §7): what an agent *is*, as written in a YAML file.
+"""The agent definition schema (docs/orchestration.md): what an agent *is*, as written in a YAML file.
 
 `loop` is the implemented type (`flow` and `realtime` are reserved). Unknown keys are refused, so a typo
 never silently does nothing.
@@ -16,20 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["KNOWN_PROVIDERS", "AgentDefinition", "Limits", "parse_model"]
-
-KNOWN_PROVIDERS = ("scripted", "openai", "anthropic")
-"""Model prefixes a definition may use: `scripted:FILE.yaml`, `openai:MODEL`, `anthropic:MODEL`."""
+__all__ = ["AgentDefinition", "Limits"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
 
-def parse_model(model: str) -> tuple[str, str]:
-    """Split `provider:model` (e.g. `openai:gpt-4.1-mini`, `scripted:model.yaml`)."""
-    provider, sep, name = model.partition(":")
-    if not sep or not provider or not name:
-        raise ValueError(f"must look like 'provider:model' (e.g. 'openai:gpt-4.1-mini'), not {model!r}")
-    return provider, name
+def _split(candidate: str) -> tuple[str, str]:
+    """(prefix, rest) of `prefix:rest`; ("catalog", name) for a bare catalog name."""
+    prefix, sep, rest = candidate.partition(":")
+    if sep and prefix and rest:
+        return prefix, rest
+    return "catalog", candidate
 
 
 class Limits(BaseModel):
@@ -84,9 +81,12 @@ class AgentDefinition(BaseModel):
     `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
     runtime data given to `system.create(definition=..., data=...)`)."""
     model: str | list[str]
-    """`provider:model` — `scripted:model.yaml` (a scripted model file next to the definition),
-    `openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`, ... — or a list of them: ordered candidates, the
-    first whose provider is available is used."""
+    """A model string of the one grammar (`stead.providers.router`): `scripted:model.yaml` (a scripted model
+    file, relative to the definition), `openai:gpt-4.1-mini`, `ollama:llama3.2`,
+    `openai-compatible:MODEL@URL`, a bare catalog name (`claude-sonnet-4-6`), or `NAME:MODEL` for a
+    provider registered with `stead.open(providers={NAME: ...})` — or a list of them: ordered candidates,
+    the first usable when the agent is created is used. Checked against that grammar when the file is
+    loaded; keys are checked when an agent is created."""
     tools: list[str] = Field(default_factory=list)
     """Import paths: `package.module:name` or `file.py:name` (relative to the definition file)."""
     sub_agents: list[str] = Field(default_factory=list)
@@ -98,8 +98,8 @@ class AgentDefinition(BaseModel):
 
     _source: Path | None = PrivateAttr(default=None)
     _tools: list[Tool] = PrivateAttr(default_factory=list)
-    _provider: Provider | None = PrivateAttr(default=None)
     _providers: dict[str, Provider] = PrivateAttr(default_factory=dict)
+    """The scripted model files among the candidates, loaded with the definition (by candidate)."""
     _template: Any = PrivateAttr(default=None)
     _instructions_line: int = PrivateAttr(default=1)
 
@@ -122,11 +122,10 @@ class AgentDefinition(BaseModel):
     def _check_model(cls, value: str | list[str]) -> str | list[str]:
         candidates = [value] if isinstance(value, str) else value
         if not candidates:
-            raise ValueError("needs at least one 'provider:model' candidate")
+            raise ValueError("needs at least one model candidate (e.g. 'openai:gpt-4.1-mini')")
         for candidate in candidates:
-            provider, _ = parse_model(candidate)
-            if provider not in KNOWN_PROVIDERS:
-                raise ValueError(f"unknown provider {provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
+            if not candidate.strip():
+                raise ValueError("a model candidate is empty")
         return value
 
     @pydantic.field_validator("sub_agents")
@@ -159,13 +158,13 @@ class AgentDefinition(BaseModel):
 
     @property
     def provider_name(self) -> str:
-        """The provider of the first (preferred) model candidate."""
-        return parse_model(self.candidates[0])[0]
+        """The prefix of the first (preferred) model candidate (`catalog` for a bare catalog name)."""
+        return _split(self.candidates[0])[0]
 
     @property
     def model_name(self) -> str:
-        """The model of the first (preferred) candidate."""
-        return parse_model(self.candidates[0])[1]
+        """What follows that prefix in the first candidate (the whole name for a bare catalog name)."""
+        return _split(self.candidates[0])[1]
 
     @property
     def resolved_tools(self) -> list[Tool]:

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stead._plugin import Plugin
 from stead.server._app import create_app
 from stead.server._auth import SCOPES, Auth, Principal, RateLimit, Token, hash_token, load_tokens
 from stead.server._plugin import DURABLE_EVENTS, LIVE_EVENTS, ServerPlugin
 from stead.server._run import Server, serve
-from stead.system import AgentSystem
+from stead.system import AgentSystem, Plugin
 
 __all__ = [
     "DURABLE_EVENTS",

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stead._plugin import Migrations, Plugin
+from stead._plugin import Migrations
 from stead.core.events import BlockReset, Event
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.messages import Message, ToolCall, ToolResult
@@ -41,6 +41,7 @@ from stead.providers.base import ReasoningDelta, TextDelta
 from stead.server._hub import Hub, Live, StoredEvent
 from stead.server._wire import block_json, dumps, message_json, usage_json
 from stead.store.base import Tx
+from stead.system import Plugin
 
 if TYPE_CHECKING:
     from stead.system import AgentSystem
