@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 from collections.abc import Generator
 from typing import Any
@@ -66,9 +67,22 @@ def config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **kwargs: An
 
 
 async def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **kwargs: Any) -> None:
-    """Serve `app` until interrupted (SIGINT/SIGTERM), in the running event loop (the system's)."""
-    server = Server(config(app, host, port, **kwargs))
-    await server.serve()
+    """Serve `app` in the running event loop (the system's) until SIGINT or SIGTERM, then shut down cleanly
+    (streams first) and return — the caller closes its system and exits normally."""
+    server = Server(config(app, host, port, **kwargs), signals=False)
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, server.handle_exit, sig, None)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
+            pass
+    try:
+        await server.serve()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 async def start(
