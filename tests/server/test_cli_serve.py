@@ -85,9 +85,7 @@ def test_serve_round_trip_and_a_clean_shutdown(tmp_path: Path) -> None:
             middle = events[len(events) // 2][0]
             assert middle is not None
             resumed: list[str] = []
-            with http.stream(
-                "GET", "/v1/agents/brief-writer/events", headers={"Last-Event-ID": middle}
-            ) as r:
+            with http.stream("GET", "/v1/agents/brief-writer/events", headers={"Last-Event-ID": middle}) as r:
                 for line in r.iter_lines():
                     resumed.append(line)
                     if line == "event: settled":

@@ -38,7 +38,8 @@ PROBLEMS = problems(400, 401, 403, 422, 429, 503)
 """What any authenticated operation may answer."""
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
+    """(async: FastAPI runs plain-function dependencies in a thread pool, a thread hop per request)"""
     service: Service = request.app.state.stead
     return service
 

@@ -104,30 +104,42 @@ async def event_stream(
         while True:
             try:
                 async with asyncio.timeout(heartbeat):
-                    item = await queue.get()
+                    items = [await queue.get()]
             except TimeoutError:
                 yield ": ping\n\n"
                 continue
-            if item is CLOSE:
+            while not queue.empty():  # what one commit published goes out in one write
+                items.append(queue.get_nowait())
+            out: list[str] = []
+            end = False
+            for item in items:
+                if item is CLOSE:
+                    end = True
+                    break
+                if item is OVERFLOW:
+                    out.append(": this stream fell too far behind; reconnect with Last-Event-ID\n\n")
+                    end = True
+                    break
+                if isinstance(item, StoredEvent):
+                    if item.seq <= last:
+                        continue
+                    last, k = item.seq, 0
+                    if run_id is not None and item.run_id != run_id:
+                        continue
+                    out.append(item.frame())
+                    if run_id is not None and item.type == "settled":
+                        out.append(_frame(None, "done", dumps({"type": "done", "run_id": run_id})))
+                        end = True
+                        break
+                elif isinstance(item, Live):
+                    if item.delta:
+                        k += 1
+                        out.append(_frame(f"{last}.{k}", item.type, item.data))
+                    else:
+                        out.append(_frame(None, item.type, item.data))
+            if out:
+                yield "".join(out)
+            if end:
                 return
-            if item is OVERFLOW:
-                yield ": this stream fell too far behind; reconnect with Last-Event-ID\n\n"
-                return
-            if isinstance(item, StoredEvent):
-                if item.seq <= last:
-                    continue
-                last, k = item.seq, 0
-                if run_id is not None and item.run_id != run_id:
-                    continue
-                yield item.frame()
-                if run_id is not None and item.type == "settled":
-                    yield _frame(None, "done", dumps({"type": "done", "run_id": run_id}))
-                    return
-            elif isinstance(item, Live):
-                if item.delta:
-                    k += 1
-                    yield _frame(f"{last}.{k}", item.type, item.data)
-                else:
-                    yield _frame(None, item.type, item.data)
     finally:
         hub.unsubscribe(sub)
