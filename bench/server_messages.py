@@ -29,18 +29,12 @@ import httpx
 HERE = Path(__file__).resolve().parent
 
 
-def start_server(db: Path, sync: str, agents: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def start_server(
+    db: Path, sync: str, agents: int, baseline: bool = False
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    args = ["--db", str(db), "--sync", sync, "--agents", str(agents), *(["--baseline"] if baseline else [])]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "server_proc.py"),
-            "--db",
-            str(db),
-            "--sync",
-            sync,
-            "--agents",
-            str(agents),
-        ],
+        [sys.executable, str(HERE / "server_proc.py"), *args],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -92,11 +86,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--sync", default="normal", choices=["normal", "full"])
     parser.add_argument("--clients", default="1,10,100")
+    parser.add_argument("--baseline", action="store_true", help="the same clients against FastAPI alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for clients in [int(c) for c in args.clients.split(",")]:
             db = Path(tmp) / f"bench{clients}.db"
-            proc, info = start_server(db, args.sync, clients)
+            proc, info = start_server(db, args.sync, clients, args.baseline)
             try:
                 result = asyncio.run(
                     run(f"http://127.0.0.1:{info['port']}", info["agents"], clients, args.requests)
@@ -105,6 +100,8 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(30)
             result["sync"] = args.sync
+            if args.baseline:
+                result["bench"] = "fastapi_baseline_post"
             result["cpus"] = os.cpu_count()
             print(json.dumps(result), flush=True)
 

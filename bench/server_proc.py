@@ -34,16 +34,39 @@ class Echo:
         yield stead.Done("stop")
 
 
-async def main(db: str, sync: str, agents: int) -> None:
+def baseline_app() -> Any:
+    """The floor of the HTTP stack alone: FastAPI + uvicorn answering the same route with a constant."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/v1/agents/{agent_id}/messages", status_code=202)
+    async def post(agent_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"message_id": body.get("id"), "created": True}
+
+    return app
+
+
+async def main(db: str, sync: str, agents: int, baseline: bool = False) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if baseline:
+        server, task = await start(
+            baseline_app(), "127.0.0.1", 0, log_level="error", backlog=4096, timeout_keep_alive=120
+        )
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGTERM, server.handle_exit, signal.SIGTERM, None
+        )
+        print(json.dumps({"port": server.bound_port, "agents": [f"a{i}" for i in range(agents)]}), flush=True)
+        await task
+        return
     system = await stead.server.open(f"sqlite:///{db}?synchronous={sync}", providers={"echo": Echo()})
     ids = [
         (await system.create(provider="echo", model="echo", agent_id=f"bench{i:04d}")).id
         for i in range(agents)
     ]
     app = stead.server.create_app(system, heartbeat=15.0)
-    server, task = await start(app, "127.0.0.1", 0, log_level="error", backlog=4096)
+    server, task = await start(app, "127.0.0.1", 0, log_level="error", backlog=4096, timeout_keep_alive=120)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, server.handle_exit, signal.SIGTERM, None)
     print(json.dumps({"port": server.bound_port, "agents": ids}), flush=True)
@@ -56,6 +79,7 @@ if __name__ == "__main__":
     parser.add_argument("--db", required=True)
     parser.add_argument("--sync", default="normal", choices=["normal", "full"])
     parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--baseline", action="store_true", help="FastAPI alone, no stead (the HTTP floor)")
     args = parser.parse_args()
-    asyncio.run(main(args.db, args.sync, args.agents))
+    asyncio.run(main(args.db, args.sync, args.agents, args.baseline))
     sys.exit(0)
