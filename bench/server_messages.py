@@ -1,7 +1,9 @@
 """`POST /v1/agents/{id}/messages` throughput and latency with 1, 10 and 100 concurrent clients.
 
 The service runs in its own process (`bench/server_proc.py`: SQLite, an echo model that answers each
-message at once, so every accepted message also makes a run: activation, consumption, answer, settlement).
+message at once, so every accepted message also makes a run: activation, consumption, answer, settlement;
+`--held`: the model never answers, so only acceptance is measured; `--baseline`: FastAPI alone answering
+the same route with a constant, the floor of the HTTP stack on this machine).
 Each client is an `httpx.AsyncClient` connection posting to its own agent, one request at a time, with a
 fresh message id; a request's latency is from sending it to reading the 202 (which comes after the durable
 commit). Everything runs on loopback on the same 2-core machine as the server, so the client's own cost is
@@ -30,9 +32,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def start_server(
-    db: Path, sync: str, agents: int, baseline: bool = False
+    db: Path, sync: str, agents: int, baseline: bool = False, held: bool = False
 ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    args = ["--db", str(db), "--sync", sync, "--agents", str(agents), *(["--baseline"] if baseline else [])]
+    args = ["--db", str(db), "--sync", sync, "--agents", str(agents)]
+    args += (["--baseline"] if baseline else []) + (["--held"] if held else [])
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "server_proc.py"), *args],
         stdout=subprocess.PIPE,
@@ -87,11 +90,12 @@ def main() -> None:
     parser.add_argument("--sync", default="normal", choices=["normal", "full"])
     parser.add_argument("--clients", default="1,10,100")
     parser.add_argument("--baseline", action="store_true", help="the same clients against FastAPI alone")
+    parser.add_argument("--held", action="store_true", help="agents never answer: acceptance alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for clients in [int(c) for c in args.clients.split(",")]:
             db = Path(tmp) / f"bench{clients}.db"
-            proc, info = start_server(db, args.sync, clients, args.baseline)
+            proc, info = start_server(db, args.sync, clients, args.baseline, args.held)
             try:
                 result = asyncio.run(
                     run(f"http://127.0.0.1:{info['port']}", info["agents"], clients, args.requests)
@@ -102,6 +106,8 @@ def main() -> None:
             result["sync"] = args.sync
             if args.baseline:
                 result["bench"] = "fastapi_baseline_post"
+            elif args.held:
+                result["bench"] = "server_post_messages_accept_only"
             result["cpus"] = os.cpu_count()
             print(json.dumps(result), flush=True)
 

@@ -47,7 +47,18 @@ def baseline_app() -> Any:
     return app
 
 
-async def main(db: str, sync: str, agents: int, baseline: bool = False) -> None:
+class Held:
+    """Never answers: each agent's first inference waits forever, so posts measure acceptance alone."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def stream(self, request: stead.ProviderRequest) -> AsyncIterator[Any]:
+        await self.release.wait()
+        yield stead.Done("stop")
+
+
+async def main(db: str, sync: str, agents: int, baseline: bool = False, held: bool = False) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if baseline:
@@ -60,7 +71,8 @@ async def main(db: str, sync: str, agents: int, baseline: bool = False) -> None:
         print(json.dumps({"port": server.bound_port, "agents": [f"a{i}" for i in range(agents)]}), flush=True)
         await task
         return
-    system = await stead.server.open(f"sqlite:///{db}?synchronous={sync}", providers={"echo": Echo()})
+    model = Held() if held else Echo()
+    system = await stead.server.open(f"sqlite:///{db}?synchronous={sync}", providers={"echo": model})
     ids = [
         (await system.create(provider="echo", model="echo", agent_id=f"bench{i:04d}")).id
         for i in range(agents)
@@ -71,6 +83,8 @@ async def main(db: str, sync: str, agents: int, baseline: bool = False) -> None:
     loop.add_signal_handler(signal.SIGTERM, server.handle_exit, signal.SIGTERM, None)
     print(json.dumps({"port": server.bound_port, "agents": ids}), flush=True)
     await task
+    if isinstance(model, Held):
+        model.release.set()  # let the held inferences end, so closing does not wait on them
     await system.close()
 
 
@@ -80,6 +94,7 @@ if __name__ == "__main__":
     parser.add_argument("--sync", default="normal", choices=["normal", "full"])
     parser.add_argument("--agents", type=int, default=100)
     parser.add_argument("--baseline", action="store_true", help="FastAPI alone, no stead (the HTTP floor)")
+    parser.add_argument("--held", action="store_true", help="the model never answers (acceptance alone)")
     args = parser.parse_args()
-    asyncio.run(main(args.db, args.sync, args.agents, args.baseline))
+    asyncio.run(main(args.db, args.sync, args.agents, args.baseline, args.held))
     sys.exit(0)
