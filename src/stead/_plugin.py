@@ -20,7 +20,7 @@ the built-in plugins.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -38,6 +38,8 @@ __all__ = [
     "IncomingMessage",
     "Migrations",
     "Plugin",
+    "RealtimeSessionHandle",
+    "RealtimeSource",
     "TraceContextSource",
 ]
 
@@ -116,3 +118,31 @@ class TraceContextSource(Protocol):
     work on behalf of a call (delegation) propagate it so the new spans nest under the call's span."""
 
     def traceparent_for_call(self, call_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class RealtimeSessionHandle(Protocol):
+    """What `system.realtime(...)` returns: a live duplex session of a realtime agent (docs/realtime.md)."""
+
+    @property
+    def id(self) -> str: ...
+    async def send_text(self, text: str) -> None: ...
+    async def send_audio(self, pcm16: bytes) -> None: ...
+    def events(self) -> AsyncIterator[Any]: ...
+    async def interrupt(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RealtimeSource(Protocol):
+    """A plugin that opens realtime sessions for `system.realtime(definition=...)` (the realtime plugin),
+    so the system offers the method without importing the layer behind it."""
+
+    async def open_session(
+        self,
+        system: AgentSystem,
+        definition: str,
+        *,
+        session_id: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> RealtimeSessionHandle: ...

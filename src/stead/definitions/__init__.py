@@ -8,7 +8,13 @@ team = load_registry("examples/team")
 
 from stead.definitions._loader import import_tool, load_definition, load_registry, make_provider
 from stead.definitions._registry import Registry
-from stead.definitions._schema import KNOWN_PROVIDERS, AgentDefinition, Limits, parse_model
+from stead.definitions._schema import (
+    KNOWN_PROVIDERS,
+    AgentDefinition,
+    Limits,
+    RealtimeSettings,
+    parse_model,
+)
 from stead.definitions._template import render_instructions
 from stead.errors import DefinitionError
 
@@ -17,6 +23,7 @@ __all__ = [
     "AgentDefinition",
     "DefinitionError",
     "Limits",
+    "RealtimeSettings",
     "Registry",
     "import_tool",
     "load_definition",
