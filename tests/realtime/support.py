@@ -138,7 +138,9 @@ async def open_team(
 ) -> AsyncIterator[stead.AgentSystem]:
     """The team's system with the realtime plugin; on the way out every gate opens (a failed test never
     leaves a worker waiting forever) before the system closes."""
-    system = await stead.open(db, definitions=team, plugins=[RealtimePlugin(clock=clock or FakeClock(), **plugin)])
+    system = await stead.open(
+        db, definitions=team, plugins=[RealtimePlugin(clock=clock or FakeClock(), **plugin)]
+    )
     try:
         yield system
     finally:
@@ -167,7 +169,9 @@ class Events:
         return await asyncio.wait_for(scan(), timeout)
 
     async def type(self, kind: str, **fields: Any) -> RealtimeEvent:
-        return await self.until(lambda e: e.type == kind and all(getattr(e, k) == v for k, v in fields.items()))
+        return await self.until(
+            lambda e: e.type == kind and all(getattr(e, k) == v for k, v in fields.items())
+        )
 
     def of(self, kind: str) -> list[RealtimeEvent]:
         return [e for e in self.seen if e.type == kind]

@@ -27,7 +27,7 @@ async def test_RT1_started_result_and_child_created_once(team: Path, db_url: str
         started = await ev.type("delegation_started")
         # the model heard "started" at once, while the child still works (its gate is closed)
         outputs = [v for k, v in session.model.sent if k == "tool_output"]  # type: ignore[attr-defined]
-        (call_id, output), = outputs
+        ((call_id, output),) = outputs
         payload = json.loads(output)
         assert payload["status"] == "started" and payload["delegation_id"] == started.delegation_id
         assert "Do not invent it" in payload["note"]
@@ -37,13 +37,17 @@ async def test_RT1_started_result_and_child_created_once(team: Path, db_url: str
         child = await system.get(row[1])
         assert child.active  # still working: the gate is closed
         # the same call again (a repeated tool call) starts nothing
-        await session._invoke(ToolCallRequest(call_id, "invoke_target_agent", json.dumps({"request": "do the task"})))
+        await session._invoke(
+            ToolCallRequest(call_id, "invoke_target_agent", json.dumps({"request": "do the task"}))
+        )
         assert len(await rows(system, "SELECT id FROM realtime_delegations")) == 1
         assert [a.name for a in await system.agents()].count("worker") == 1
         g.set()
         result = await ev.type("delegation_result")
         assert result.text == "finished: worked on do the task" and result.status == "completed"
-        await ev.until(lambda e: e.type == "transcript" and e.final is True and (e.text or "").startswith("Result:"))
+        await ev.until(
+            lambda e: e.type == "transcript" and e.final is True and (e.text or "").startswith("Result:")
+        )
         await ev.type("response_done")
         await session.close()
         worker_runs = [r for r in await system.runs(limit=50) if r.agent_name == "worker"]
@@ -66,7 +70,11 @@ async def test_RT1_delegation_and_child_message_commit_together(team: Path, db_u
         system.create = failing_create  # type: ignore[method-assign]
         with pytest.raises(RuntimeError):
             await broker.start(
-                session_id=session.id, run_id=session.run_id, session_data=None, call_id="call_x", target="worker",
+                session_id=session.id,
+                run_id=session.run_id,
+                session_data=None,
+                call_id="call_x",
+                target="worker",
                 request="task",
             )
         system.create = original  # type: ignore[method-assign]
@@ -143,7 +151,9 @@ async def test_RT2_reopening_a_session_by_id_continues_it(team: Path, db_url: st
         await ev2.type("response_done")
         await again.close()
         turns = await rows(
-            system, "SELECT seq, role, text FROM realtime_transcripts WHERE session_id = ? ORDER BY seq", session.id
+            system,
+            "SELECT seq, role, text FROM realtime_transcripts WHERE session_id = ? ORDER BY seq",
+            session.id,
         )
     assert [t[2] for t in turns] == ["hello", "You said hello.", "hello again", "You said hello again."]
     assert [t[0] for t in turns] == [1, 2, 3, 4]
