@@ -88,7 +88,8 @@ rules:
   - when: {user_contains: "long"}
     responses:
       - text: "This is a long answer that keeps going."
-        delay: 1000
+        chunk: 8
+        delay_between: 1000
   - responses:
       - text: "You said {user}."
 result: "Result: {result}"

@@ -158,7 +158,8 @@ class TextDuplexDriver:
         self.sent: list[tuple[str, Any]] = []
         """Every client action in order (tests read it)."""
         self.truncations: list[tuple[str, int]] = []
-        self.max_active = 0
+        self.collisions = 0
+        """`create_response` calls that found a response active (a sequencer bug if the runner made them)."""
 
     @property
     def name(self) -> str:
@@ -214,6 +215,7 @@ class TextDuplexDriver:
         hint = hint or ResponseHint()
         self.sent.append(("response.create", (hint.kind, instructions)))
         if self._active is not None:
+            self.collisions += 1
             await self._queue.put(
                 ModelError(
                     f"Conversation already has an active response in progress: {self._active[0]}",
@@ -225,7 +227,6 @@ class TextDuplexDriver:
         response_id = f"resp_{next(self._ids)}"
         task = asyncio.get_running_loop().create_task(self._respond(response_id, hint))
         self._active = (response_id, task)
-        self.max_active = max(self.max_active, 1)
         return event_id
 
     async def cancel_response(self) -> None:

@@ -48,6 +48,9 @@ class UsageMeter:
         self.dirty = False
         self.stopped = False
         self.checkpoints = 0
+        self.checkpointed = asyncio.Event()
+        """Set after each checkpoint commits (tests clear and await it)."""
+        self._generation = 0
         self._timer: asyncio.Task[None] | None = None
 
     def add(self, usage: RealtimeUsage, model: RealtimeModel) -> None:
@@ -59,6 +62,7 @@ class UsageMeter:
             self.cost = (self.cost or 0.0) + cost
         self.model = model
         self.dirty = True
+        self._generation += 1
         if self._timer is None:
             self._timer = asyncio.get_running_loop().create_task(self._later())
 
@@ -77,6 +81,7 @@ class UsageMeter:
                     await timer
         if not self.dirty:
             return
+        generation = self._generation
         try:
             async with self.store.transaction() as tx:
                 await update_step(
@@ -90,8 +95,9 @@ class UsageMeter:
                     "UPDATE realtime_sessions SET usage_json = ? WHERE id = ?",
                     (json.dumps({**self.total.to_json(), "cost": self.cost}), self.session_id),
                 )
-            self.dirty = False
+            self.dirty = self._generation != generation  # usage that arrived meanwhile waits for the next
             self.checkpoints += 1
+            self.checkpointed.set()
         except Exception:
             log.exception(
                 "a usage checkpoint failed (session %s); retried with the next one", self.session_id
