@@ -347,7 +347,7 @@ class FakeRealtimeServer:
                         "item": item,
                     },
                 )
-                part_type = "audio" if audio else "output_text"
+                part_type = "audio" if audio else "text"
                 await self._send(
                     c,
                     {
@@ -369,7 +369,7 @@ class FakeRealtimeServer:
                         "content_index": 0,
                     }
                     if audio:
-                        pcm = struct.pack("<480h", *([1000] * 480))  # 10 ms of sound per word
+                        pcm = struct.pack("<240h", *([1000] * 240))  # 10 ms of sound per word (24 kHz)
                         await self._send(
                             c,
                             {

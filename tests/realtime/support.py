@@ -174,6 +174,13 @@ class Events:
             lambda e: e.type == kind and all(getattr(e, k) == v for k, v in fields.items())
         )
 
+    async def any(self, kind: str, **fields: Any) -> RealtimeEvent:
+        """An event of this kind already seen, or the next one."""
+        for e in self.seen:
+            if e.type == kind and all(getattr(e, k) == v for k, v in fields.items()):
+                return e
+        return await self.type(kind, **fields)
+
     def of(self, kind: str) -> list[RealtimeEvent]:
         return [e for e in self.seen if e.type == kind]
 
