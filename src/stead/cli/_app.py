@@ -22,6 +22,7 @@ from stead.cli._models import check_model, run_providers
 from stead.cli._models import models as _models_command
 from stead.cli._render import call_summary, message_json, one_line
 from stead.cli._runs import runs_app
+from stead.cli._talk import talk as _talk_command
 from stead.definitions import AgentDefinition, Registry, load_definition, load_registry
 from stead.errors import SteadError
 from stead.messages import Reasoning, Text, ToolCall, ToolResult
@@ -416,6 +417,7 @@ def _indent(text: str) -> str:
 
 
 app.command(name="models")(_models_command)
+app.command(name="talk")(_talk_command)
 app.add_typer(runs_app, name="runs")
 
 
