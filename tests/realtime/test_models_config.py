@@ -56,7 +56,7 @@ def test_resolution_walks_realtime_models_by_power_and_needs_a_key(tmp_path: Pat
 
 def test_resolution_refuses_a_text_model_and_uses_registered_ones(tmp_path: Path) -> None:
     env = {"OPENAI_API_KEY": "k"}
-    with pytest.raises(ConfigurationError, match="gpt-4.1: not a realtime model"):
+    with pytest.raises(ConfigurationError, match=r"gpt-4\.1: not a realtime model"):
         resolve_realtime(
             "gpt-4.1", base_dir=tmp_path, clock=FakeClock(), env={**env, "STEAD_CATALOG": _empty(tmp_path)}
         )
@@ -108,7 +108,7 @@ def test_settings_layers_merge_objects_and_replace_lists(tmp_path: Path) -> None
     assert s.narration.every == 12 and s.narration.max_items == 2 and s.narration.first_after == 5
     assert s.session == {"x": [3]}  # lists replace
     assert s.model == "text-duplex:voice-model.yaml"  # the definition's model is the first layer's
-    with pytest.raises(InvalidInput, match="narration.every"):
+    with pytest.raises(InvalidInput, match=r"narration\.every"):
         effective_settings(registry["voice"], [], {"narration": {"every": -1}})
 
 
@@ -166,8 +166,7 @@ async def test_record_run_update_step_end_run(db_url: str) -> None:
 
 
 async def test_run_record_helpers_are_no_ops_with_records_off(db_url: str) -> None:
-    async with await stead.open(db_url, records=False) as system:
-        async with system.store.transaction() as tx:
-            await record_run(tx, "r1", "a1")
-            await update_step(tx, "r1", "s", status="completed")
-            await end_run(tx, "r1")
+    async with await stead.open(db_url, records=False) as system, system.store.transaction() as tx:
+        await record_run(tx, "r1", "a1")
+        await update_step(tx, "r1", "s", status="completed")
+        await end_run(tx, "r1")

@@ -1,4 +1,4 @@
-"""The OpenAI Realtime driver against a loopback fake of the GA protocol (tests/realtime/fake_openai_realtime.py):
+"""The OpenAI Realtime driver against a loopback fake of the GA protocol (fake_openai_realtime.py):
 the exact client events it sends (RT8), the collision of a server-started response (RT3), barge-in by speech
 with `turn_detected` and truncation (RT5), a dropped connection with one reconnect, and usage."""
 

@@ -350,7 +350,12 @@ async def update_step(
 
 
 async def end_run(
-    tx: Tx, run_id: str, *, status: str = "completed", error: str | None = None, final_message: str | None = None
+    tx: Tx,
+    run_id: str,
+    *,
+    status: str = "completed",
+    error: str | None = None,
+    final_message: str | None = None,
 ) -> None:
     """Close a run opened with `record_run` inside `tx`: its status, its totals summed from its prompt
     steps, steps still running end with it; its tokens roll up to its ancestors. A no-op with records off."""
