@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +46,11 @@ def tool_loop(tool: str = "add", k: int = 5) -> Callable[[stead.ProviderRequest]
         return [stead.Text(f"done after {n} calls")]
 
     return respond
+
+
+async def conversation_records(system: stead.AgentSystem, agent_id: str) -> list[dict[str, Any]]:
+    """The agent's stored history records that make up the conversation: every record except the
+    end-of-run records (`{"k": "e"}`, the kernel's run → outcome link, which no reader shows)."""
+    async with system.store.transaction() as tx:
+        raw = await tx.load(agent_id)
+    return [rec for rec in map(json.loads, raw) if rec["k"] != "e"]

@@ -3,7 +3,8 @@
     python tests/kill_worker.py DBPATH MODE
 
 MODE is `accept` (delivers batches of messages forever), `stream` (a slow streamed answer), `plain` (blocks
-inside a default, at-most-once tool) or `durable` (blocks inside a durable tool). The child prints marker
+inside a default, at-most-once tool), `durable` (blocks inside a durable tool) or `run` (`agent.run` of a
+message whose run blocks inside the durable tool). The child prints marker
 lines (flushed) that the parent synchronizes on, and logs every tool execution to `DBPATH.effects` (append,
 flush, fsync per execution) so that the parent can count side effects after the kill.
 
@@ -26,6 +27,9 @@ from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 AGENT_ID = "killagent0001"
 BATCH = 5
 LONG_TEXT = "This answer streams slowly, one small chunk at a time, so that it can be killed midway. " * 4
+
+RUN_ID = "runmsg"
+RUN_TEXT = "call durable_op"
 
 BLOCK_IN_TOOLS = False  # the child blocks inside tools; the parent does not
 EFFECTS: Path | None = None
@@ -122,6 +126,8 @@ async def child(db: Path, mode: str) -> None:
                 break
     elif mode in ("plain", "durable"):
         await agent.send(f"call {mode}_op", id="toolmsg")
+    elif mode == "run":
+        await agent.run(RUN_TEXT, id=RUN_ID)  # never returns: the run blocks in the tool until the kill
     await asyncio.Event().wait()  # until killed
 
 

@@ -523,8 +523,8 @@ async def test_A7_payload_is_copied_at_admission(db_url: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"content": "hi", "id": "Not-A-Cuid"}, stead.InvalidId),
-        ({"content": "hi", "id": "1abc"}, stead.InvalidId),
+        ({"content": "hi", "id": "not an id"}, stead.InvalidId),  # caller-chosen ids: [A-Za-z0-9._:@-]
+        ({"content": "hi", "id": "a/b"}, stead.InvalidId),
         ({"content": "hi", "id": ""}, stead.InvalidId),
         ({"content": ""}, stead.InvalidInput),
         ({"content": "   \n"}, stead.InvalidInput),

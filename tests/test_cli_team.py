@@ -3,17 +3,23 @@ stderr), `stead runs` and `stead runs show RUN_ID` (the run tree)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
+import stead
 from stead.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 TEAM = ROOT / "examples" / "team"
 ASK = "Write a short brief about durable agents"
 runner = CliRunner()
+
+
+async def create_store(db: str) -> None:
+    await (await stead.open(f"sqlite:///{db}")).close()
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -58,6 +64,7 @@ def test_run_the_team_then_list_and_show_runs(tmp_path: Path) -> None:
 
 def test_run_errors(tmp_path: Path) -> None:
     db = str(tmp_path / "team.db")
+    asyncio.run(create_store(db))  # read commands never create a database (issue 9): make one first
     code, _, err = invoke("run", str(TEAM), "--db", db)
     assert code == 2 and "AGENT_NAME is required" in err
     code, _, err = invoke("run", str(TEAM), "orchestrator", "--db", db)

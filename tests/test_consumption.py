@@ -16,6 +16,7 @@ from stead.core import records as R
 from stead.core.records import Queued
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from stead.store import Faults
+from tests.conftest import conversation_records
 
 TIMEOUT = 5.0
 NO_WAIT = stead.RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0)
@@ -43,8 +44,7 @@ async def kv(system: stead.AgentSystem, agent_id: str, prefix: str = "") -> dict
 
 
 async def records(system: stead.AgentSystem, agent_id: str) -> list[dict[str, Any]]:
-    async with system.store.transaction() as tx:
-        return [json.loads(r) for r in await tx.load(agent_id)]
+    return await conversation_records(system, agent_id)
 
 
 def users(request: stead.ProviderRequest) -> list[str]:
@@ -700,10 +700,10 @@ class Clock:
 async def test_queue_keys_stay_ordered_across_restarts_and_a_clock_moving_backwards(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stead.core import runtime
+    from stead.core import admission  # where queue keys are made
 
     clock = Clock(2_000_000.0)
-    monkeypatch.setattr(runtime, "time", clock)
+    monkeypatch.setattr(admission, "time", clock)
     hang = ScriptedProvider(lambda r: asyncio.Event().wait())  # type: ignore[arg-type, return-value]
     system = await stead.open(db_url, providers={"p": hang})
     agent = await system.create(provider="p")

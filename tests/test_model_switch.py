@@ -25,8 +25,8 @@ from stead.cli import app
 from stead.core import records as R
 from stead.messages import Text, ToolCall
 from stead.providers.catalog import compatible, parse_model
+from stead.providers.router import ModelRouter
 from stead.providers.scripted import ScriptedProvider
-from stead.routing import ModelRouter
 from tests.fakes import Reply
 from tests.fakes.anthropic_server import AnthropicFakeServer
 from tests.fakes.fixtures import ENV_TO_CLEAR

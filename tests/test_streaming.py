@@ -12,6 +12,7 @@ from typing import Any
 import stead
 from stead.core import records as R
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
+from tests.conftest import conversation_records
 
 TIMEOUT = 5.0
 ONE_ATTEMPT = stead.RetryPolicy(max_attempts=1, base_delay=0.0, max_delay=0.0)
@@ -30,8 +31,7 @@ class Recorder(stead.Hooks):
 
 
 async def records(system: stead.AgentSystem, agent_id: str) -> list[dict[str, Any]]:
-    async with system.store.transaction() as tx:
-        return [json.loads(r) for r in await tx.load(agent_id)]
+    return await conversation_records(system, agent_id)
 
 
 async def reloaded_history(url: str, agent_id: str) -> list[stead.Message]:

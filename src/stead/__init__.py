@@ -19,7 +19,6 @@ import inspect as _inspect
 
 from stead._changes import RuntimeChange
 from stead._open import open
-from stead._plugin import Plugin
 from stead._runs import Run, Step
 from stead.agent import Acceptance, Agent, Input
 from stead.core.config import RetryPolicy
@@ -33,6 +32,8 @@ from stead.core.events import (
     ToolStarted,
 )
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.outcome import Outcome
+from stead.core.results import RunResult
 from stead.errors import (
     AgentNotFound,
     Closed,
@@ -43,6 +44,7 @@ from stead.errors import (
     InvalidInput,
     NotFound,
     ProviderError,
+    RunFailed,
     RunNotFound,
     SchemaTooNew,
     SteadError,
@@ -61,7 +63,7 @@ from stead.providers.base import (
     ToolSpec,
     UsageEvent,
 )
-from stead.system import AgentInfo, AgentSystem
+from stead.system import AgentInfo, AgentSystem, Plugin
 from stead.tools import IN_DOUBT, RUN_AGAIN, CallKV, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -93,6 +95,7 @@ __all__ = [
     "Message",
     "MessageConsumed",
     "NotFound",
+    "Outcome",
     "Plugin",
     "Provider",
     "ProviderError",
@@ -102,7 +105,9 @@ __all__ = [
     "ResponseInfo",
     "RetryPolicy",
     "Run",
+    "RunFailed",
     "RunNotFound",
+    "RunResult",
     "RuntimeChange",
     "SchemaTooNew",
     "Settled",

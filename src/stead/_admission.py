@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from stead._plugin import IncomingMessage
 from stead.core.runtime import AgentRuntime, Inbound
-from stead.errors import Closed, StoreError
-from stead.routing import ModelRouter
+from stead.errors import Closed, ReadOnly, StoreError
+from stead.providers.router import ModelRouter
 from stead.store.base import Store
 
 __all__ = ["Admission"]
@@ -35,8 +35,10 @@ class Admission:
         *,
         max_payload_bytes: int,
         validators: Sequence[Callable[[IncomingMessage], None]] = (),
+        readonly: bool = False,
     ) -> None:
         self.store = store
+        self.readonly = readonly
         self.router = router
         self.max_payload_bytes = max_payload_bytes
         self.validators = list(validators)
@@ -47,6 +49,14 @@ class Admission:
     def check_open(self) -> None:
         if self.closing:
             raise Closed("the agent system is closed")
+        self.check_writable()
+
+    def check_writable(self) -> None:
+        if self.readonly:
+            raise ReadOnly(
+                f"{self.store.url} was opened with readonly=True (for inspection): agents, history and "
+                "runs can be read; creating agents, sending, steering, resuming and deleting are refused"
+            )
 
     def validate(self, message: IncomingMessage) -> None:
         """Run every plugin validator; the first refusal (`stead.InvalidInput`) propagates."""

@@ -13,12 +13,11 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from stead._plugin import Plugin
 from stead.core.config import RetryPolicy
 from stead.core.hooks import Hooks
 from stead.providers.base import Provider
 from stead.store.faults import Faults
-from stead.system import AgentSystem, open_system
+from stead.system import AgentSystem, Plugin, _opening, open_system
 from stead.tools._tool import Tool
 
 if TYPE_CHECKING:
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["open"]
 
 
+@_opening
 async def open(
     url: str = "sqlite:///stead.db",
     *,
@@ -45,6 +45,7 @@ async def open(
     max_concurrent_delegations: int = 5,
     max_delegation_depth: int = 4,
     clock: Callable[[], float] | None = None,
+    readonly: bool = False,
 ) -> AgentSystem:
     """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
     (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
@@ -56,6 +57,15 @@ async def open(
     agent definitions, or a `stead.definitions.Registry`) `system.create(definition=...)` with durable
     sub-agent delegation (at most `max_concurrent_delegations` running per parent, `max_delegation_depth`
     levels deep), runtime changes and guardrails (`clock` measures `limits.max_wall_seconds`).
+
+    `readonly=True` opens the store for inspection instead, also while another process owns it: no
+    ownership lock, nothing created or migrated, no agent restored (whatever `restore` says), no model
+    called; `agents()`, `get(id)`, `agent.history()`, `runs()` and `run(id)` read every change the owner
+    has committed (each read is a fresh read transaction); every write is refused with
+    `stead.errors.ReadOnly`.
+
+    The result can be awaited (`system = await stead.open(...)`) or used directly as an async context
+    manager (`async with stead.open(...) as system:`), as aiosqlite's `connect`.
 
     Hooks run in this order: run records, `hooks`, orchestration, `plugins` (in order), tracing."""
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
@@ -74,7 +84,14 @@ async def open(
         from stead.definitions import load_registry
         from stead.orchestration._plugin import OrchestrationPlugin
 
-        registry = definitions if isinstance(definitions, _Registry) else load_registry(definitions)
+        registry = (
+            definitions
+            if isinstance(definitions, _Registry)
+            # `model: NAME:MODEL` in a definition may name a provider registered here
+            else load_registry(
+                definitions, providers=[*(providers or {}), *(n for p in plugins for n in p.providers())]
+            )
+        )
         ordered.append(
             OrchestrationPlugin(
                 registry,
@@ -97,6 +114,7 @@ async def open(
         faults=faults,
         max_payload_bytes=max_payload_bytes,
         restore=restore,
+        readonly=readonly,
     )
 
 

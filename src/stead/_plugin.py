@@ -1,4 +1,8 @@
-"""`stead.Plugin`: the one way a layer extends stead.
+"""What plugins and the system share without importing each other: the inbound-message view validators
+see, the migrations type, and the small protocols through which the system offers an API backed by a plugin.
+`stead.Plugin` itself lives with `AgentSystem` (`stead.system`), which it receives.
+
+`stead.Plugin` is the one way a layer extends stead.
 
 Every layer above the kernel — run records, tracing, orchestration, memory, approvals, MCP, realtime, the
 HTTP service — is a plugin, and a plugin written outside this package can do everything a built-in one does.
@@ -20,24 +24,17 @@ the built-in plugins.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from stead.core.hooks import Hooks
 from stead.messages import Block
-from stead.providers.base import Provider
-from stead.tools._tool import Tool
-
-if TYPE_CHECKING:
-    from stead.system import AgentSystem
 
 __all__ = [
     "STEP_TYPE_KEY",
     "DefinitionSource",
     "IncomingMessage",
     "Migrations",
-    "Plugin",
     "RealtimeSessionHandle",
     "RealtimeSource",
     "TraceContextSource",
@@ -70,37 +67,6 @@ class IncomingMessage:
     settings: dict[str, Any]
     agent_extra: dict[str, Any] = field(default_factory=dict)
     """The agent's configuration extras (what higher layers stored at creation)."""
-
-
-class Plugin:
-    """Extend stead: subclass and override what the layer contributes. Everything is optional.
-
-    `name` identifies the plugin (`system.plugin(name)`); two plugins of one system may not share it."""
-
-    name: ClassVar[str] = "plugin"
-    migrations: ClassVar[Migrations] = {}
-
-    def tools(self) -> Iterable[Tool | Callable[..., Any]]:
-        """Tools this plugin registers with the system (names must not collide with other tools)."""
-        return ()
-
-    def providers(self) -> Mapping[str, Provider]:
-        """Providers by name; an agent selects one with `provider=NAME` or a model string `NAME:model`."""
-        return {}
-
-    def hooks(self) -> Iterable[Hooks]:
-        """Hook objects to install on the kernel (called once, when the system opens). A plugin that is
-        itself a `stead.Hooks` subclass installs itself by default."""
-        return (self,) if isinstance(self, Hooks) else ()
-
-    def validate_message(self, message: IncomingMessage) -> None:
-        """Refuse an inbound message by raising `stead.InvalidInput` (nothing is written). Must not block."""
-
-    async def start(self, system: AgentSystem) -> None:
-        """The store is open and migrated; no agent has been restored yet. Use public methods only."""
-
-    async def close(self, system: AgentSystem) -> None:
-        """Every agent has stopped; the store is still open. Release what `start` acquired."""
 
 
 @runtime_checkable
@@ -136,11 +102,12 @@ class RealtimeSessionHandle(Protocol):
 @runtime_checkable
 class RealtimeSource(Protocol):
     """A plugin that opens realtime sessions for `system.realtime(definition=...)` (the realtime plugin),
-    so the system offers the method without importing the layer behind it."""
+    so the system offers the method without importing the layer behind it. `system` is the
+    `stead.AgentSystem` asking."""
 
     async def open_session(
         self,
-        system: AgentSystem,
+        system: Any,
         definition: str,
         *,
         session_id: str | None = None,

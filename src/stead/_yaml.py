@@ -73,15 +73,32 @@ def read_yaml(path: str | Path, *, what: str = "file") -> YamlDocument:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        problem = "; ".join(x for x in (e.context, e.problem) if x) or "invalid YAML"
-        raise DefinitionError(f"YAML syntax error: {problem}", path=str(p), line=line) from None
+        raise _syntax_error(p, e) from None
     except yaml.YAMLError as e:
         raise DefinitionError(f"YAML error: {e}", path=str(p), line=1) from None
     doc = YamlDocument(p, data, root)
     _check_duplicate_keys(doc, root)
     return doc
+
+
+def _syntax_error(path: Path, e: yaml.MarkedYAMLError) -> DefinitionError:
+    """Point at the line where the problem starts. Usually that is the problem mark; but when the parser
+    ran into the end of the file (an unterminated quote or bracket), the problem mark is the last line and
+    the context mark — where the unclosed construct began — is the useful one."""
+    problem = e.problem or ""
+    if e.context_mark is not None and e.context and ("end of stream" in problem or "<stream end>" in problem):
+        what = e.context.removeprefix("while scanning ").removeprefix("while parsing ")
+        end = f" at line {e.problem_mark.line + 1}" if e.problem_mark is not None else ""
+        problem = problem.replace("<stream end>", "the end of the file")
+        return DefinitionError(
+            f"YAML syntax error: {what} starts here and is never closed ({problem}{end})",
+            path=str(path),
+            line=e.context_mark.line + 1,
+        )
+    mark = e.problem_mark or e.context_mark
+    line = mark.line + 1 if mark is not None else 1
+    text = "; ".join(x for x in (e.context, e.problem) if x) or "invalid YAML"
+    return DefinitionError(f"YAML syntax error: {text}", path=str(path), line=line)
 
 
 def _check_duplicate_keys(doc: YamlDocument, node: yaml.Node | None) -> None:

@@ -1,4 +1,9 @@
-"""`stead.Agent`: the handle users hold. Validates and copies input, then hands it to the kernel."""
+"""`stead.Agent`: the handle users hold. Validates and copies input, then hands it to the kernel.
+
+`agent.run(...)` is `send` plus waiting: it returns the result of the run that consumed *that* message,
+computed from the durable record (`stead.core.results`), so it is exactly as durable as `send` — called
+again with the same id after a crash, it returns the same run's result instead of running again.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,25 @@ import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from stead._changes import CHANGES_KEY, RuntimeChange
-from stead._ids import is_valid_id, new_id
+from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
 from stead.core.config import PERMISSION_MODES, AgentConfig
-from stead.core.events import Event
+from stead.core.events import Event, Settled
+from stead.core.outcome import Outcome
+from stead.core.results import RunResult, read_run_state
 from stead.core.runtime import AgentRuntime, Inbound
-from stead.errors import InvalidId, InvalidInput
+from stead.errors import Closed, InvalidId, InvalidInput, RunFailed, RunNotFound
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, decode_block, encode_block
 
 if TYPE_CHECKING:
     from stead._admission import Admission
 
-__all__ = ["Acceptance", "Agent", "Input"]
+__all__ = ["Acceptance", "Agent", "Input", "check_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +73,15 @@ class Agent:
 
     @property
     def config(self) -> AgentConfig:
-        """What the agent is (a copy of its stored configuration: provider, model, instructions, tools,
-        extras)."""
-        return copy.deepcopy(self._rt.config)
+        """What the agent is (provider, model, instructions, tools, ...): a copy; changing it changes
+        nothing."""
+        cfg = self._rt.config
+        return replace(
+            cfg,
+            model=cfg.model if isinstance(cfg.model, str) else list(cfg.model),
+            tools=list(cfg.tools),
+            extra=copy.deepcopy(cfg.extra),
+        )
 
     @property
     def active(self) -> bool:
@@ -138,6 +151,80 @@ class Agent:
         (acc,) = await self.deliver([Input(content, id, "steer", role, metadata, settings)])
         return acc
 
+    async def run(
+        self,
+        content: str | Sequence[Block],
+        *,
+        id: str | None = None,
+        check: bool = False,
+        role: Literal["user", "system"] = "user",
+        metadata: dict[str, Any] | None = None,
+        provider: str | None = None,
+        model: str | Sequence[str] | None = None,
+        effort: str | None = None,
+        permission_mode: str | None = None,
+        profile: str | None = None,
+        changes: Sequence[RuntimeChange] | None = None,
+    ) -> RunResult:
+        """Send a message and wait for the run that consumed it to settle; return that run's result
+        (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`).
+
+        As durable as `send`: with an `id` that was accepted before — in this process or before a crash —
+        nothing is sent again; the result is that of the run that consumed the earlier message (waiting
+        while it is still queued or its run still works). A failed run is returned like any other unless
+        `check=True`, which raises `stead.RunFailed` (carrying the result) for a run that failed; an aborted
+        run has outcome `cancelled` and is returned. Raises `stead.Closed` if this process stops running
+        the agent before the run ends (closing, draining, or the agent's provider is missing here), and
+        `stead.RunNotFound` if the message's records were removed (a model change reset the conversation).
+        """
+        rt = self._rt
+        events = rt.subscribe()  # before sending: no settlement after the send can be missed
+        try:
+            acc = await self.send(
+                content,
+                id=id,
+                role=role,
+                metadata=metadata,
+                provider=provider,
+                model=model,
+                effort=effort,
+                permission_mode=permission_mode,
+                profile=profile,
+                changes=changes,
+            )
+            while True:
+                result = await self._run_result(acc.id)
+                if result is not None:
+                    break
+                if not await _until_settled(rt, events):
+                    # nothing will happen here any more: one last look, then say why
+                    result = await self._run_result(acc.id)
+                    if result is not None:
+                        break
+                    why = rt.blocked or ("it is closed" if rt.closed else "it was drained")
+                    raise Closed(f"agent {self.id} stopped before the run of message {acc.id} ended: {why}")
+        finally:
+            rt.unsubscribe(events)
+        if check and result.outcome is Outcome.FAILED:
+            raise RunFailed(f"run {result.run_id} failed: {result.error}", result)
+        return result
+
+    async def _run_result(self, message_id: str) -> RunResult | None:
+        """The result of the run that consumed `message_id`, or None while it is queued or running."""
+        async with self._rt.env.store.transaction() as tx:
+            state = await read_run_state(tx, self.id, message_id)
+            queued = state is None and any(
+                json.loads(v).get("id") == message_id for _, v in await tx.read_prefix(self.id, R.QUEUE) if v
+            )
+        if state is None:
+            if queued:
+                return None
+            raise RunNotFound(
+                f"message {message_id} of agent {self.id} is neither queued nor in the history "
+                "(a model change that reset the conversation removed its run)"
+            )
+        return state.result
+
     async def deliver(self, inputs: Sequence[Input]) -> list[Acceptance]:
         """Accept several messages in one transaction: all of them or none (A1)."""
         self._admission.check_open()
@@ -155,11 +242,8 @@ class Agent:
     def _validate(self, item: Input) -> Inbound:
         """A7: refuse bad input before any write, and copy the payload."""
         msg_id = item.id if item.id is not None else new_id()
-        if not is_valid_id(msg_id):
-            raise InvalidId(
-                f"message id {item.id!r} is not a cuid2 id (lowercase letters and digits, "
-                "starting with a letter, 2–32 characters)"
-            )
+        if not is_valid_user_id(msg_id):
+            raise InvalidId(f"message id {_shown(item.id)} is not a valid id: use {ID_RULE}")
         if item.delivery not in ("send", "steer"):
             raise InvalidInput(f"delivery must be 'send' or 'steer', not {item.delivery!r}")
         if item.role not in ("user", "system"):
@@ -175,21 +259,20 @@ class Agent:
         mode = settings.get("permission_mode")
         if mode is not None and mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, not {mode!r}")
-        if "model" in settings and "provider" not in settings:
-            current = str(self._rt.settings.get("provider"))
-            inferred = self._admission.router.infer_provider(settings["model"], current)
-            if inferred != current:
-                settings["provider"] = inferred
-        if "provider" in settings or "model" in settings:
-            self._admission.router.check(
-                str(settings.get("provider", self._rt.settings.get("provider"))),
-                settings.get("model", self._rt.settings.get("model")),
+        if "model" in settings:
+            # one grammar (stead.providers.router): a provider prefix, the catalog, a scripted file, a list
+            current = self._rt.settings.get("provider")
+            chosen = self._admission.router.resolve(
+                settings["model"],
+                provider=settings.get("provider"),
+                current=current if isinstance(current, str) else None,
             )
-        content = [encode_block(b) for b in blocks]
-        size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
-        limit = self._admission.max_payload_bytes
-        if size > limit:
-            raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes")
+            settings["model"] = chosen.model
+            if "provider" in settings or chosen.provider != current:
+                settings["provider"] = chosen.provider
+        elif "provider" in settings:
+            self._admission.router.check(str(settings["provider"]), self._rt.settings.get("model"))
+        content = encoded_content(blocks, metadata, self._admission.max_payload_bytes)
         return Inbound(msg_id, item.delivery, item.role, content, metadata, settings)
 
     def _incoming(self, item: Inbound) -> IncomingMessage:
@@ -225,6 +308,26 @@ class Agent:
     def events(self) -> AsyncIterator[Event]:
         """Live events from now on (deltas, completed blocks, tool calls, done, settled)."""
         return _EventStream(self._rt)
+
+
+async def _until_settled(rt: AgentRuntime, events: asyncio.Queue[Event | None]) -> bool:
+    """Wait for the agent's next settlement (True) or until nothing runs for it here any more (False)."""
+    idle = asyncio.ensure_future(rt.wait_idle())
+    try:
+        while True:
+            get = asyncio.ensure_future(events.get())
+            done, _ = await asyncio.wait({get, idle}, return_when=asyncio.FIRST_COMPLETED)
+            if get in done:
+                ev = get.result()
+                if ev is None:
+                    return False  # the agent was closed
+                if isinstance(ev, Settled):
+                    return True
+                continue
+            get.cancel()
+            return False
+    finally:
+        idle.cancel()
 
 
 class _EventStream:
@@ -270,6 +373,43 @@ def _settings(
         if v is not None:
             out[k] = v
     return out
+
+
+def _shown(value: object) -> str:
+    """An id as an error message shows it: repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+PAYLOAD_LIMIT_HINT = "raise it with stead.open(max_payload_bytes=...)"
+
+
+def check_message(
+    content: str | Sequence[Block],
+    *,
+    metadata: dict[str, Any] | None = None,
+    max_payload_bytes: int,
+    limit_hint: str = PAYLOAD_LIMIT_HINT,
+) -> None:
+    """Refuse content that `send` would refuse (empty, not text, larger than the payload limit), without
+    an agent: callers that create an agent for a message check first, so a refused message never leaves
+    an agent behind. `limit_hint` says how to raise the limit (the CLI names its option)."""
+    encoded_content(_content_blocks(content), metadata, max_payload_bytes, limit_hint)
+
+
+def encoded_content(
+    blocks: Sequence[Block],
+    metadata: dict[str, Any] | None,
+    limit: int,
+    limit_hint: str = PAYLOAD_LIMIT_HINT,
+) -> list[dict[str, Any]]:
+    """The stored form of the blocks; `InvalidInput` naming the limit and how to raise it when the
+    payload (content and metadata, as JSON) is larger than `limit` bytes."""
+    content = [encode_block(b) for b in blocks]
+    size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
+    if size > limit:
+        raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes ({limit_hint})")
+    return content
 
 
 def _content_blocks(content: str | Sequence[Block]) -> list[Block]:

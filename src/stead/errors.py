@@ -9,15 +9,19 @@ SteadError
   Closed                  the agent or system no longer accepts work
   StoreError              the store failed; the operation had no durable effect
     StoreLocked           another process owns the database
+    ReadOnly              a write through a store opened with readonly=True
     StoreCrashed          (tests) the store was made to fail permanently
     SchemaTooNew
   ProviderError           a model provider failed (`retryable` tells whether retrying may help)
+  RunFailed               `agent.run(..., check=True)`: the run failed (carries its result)
   ConfigurationError      a definition, tool or provider setting is wrong
     DefinitionError       carries file and line
   CloseFromInside         an agent's own loop asked to close what it runs in
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AgentNotFound",
@@ -29,6 +33,8 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "ProviderError",
+    "ReadOnly",
+    "RunFailed",
     "RunNotFound",
     "SchemaTooNew",
     "SteadError",
@@ -47,7 +53,7 @@ class InvalidInput(SteadError, ValueError):
 
 
 class InvalidId(InvalidInput):
-    """An id is not a cuid2 string."""
+    """An id is malformed (caller-chosen ids: 1-128 characters from `[A-Za-z0-9._:@-]`)."""
 
 
 class NotFound(SteadError, LookupError):
@@ -78,6 +84,10 @@ class StoreLocked(StoreError):
     """Another process (or another open store in this process) owns the database."""
 
 
+class ReadOnly(StoreError):
+    """A write was attempted through a store (or agent system) opened with `readonly=True`."""
+
+
 class StoreCrashed(StoreError):
     """The store was made to fail permanently (crash-point injection in tests)."""
 
@@ -93,6 +103,17 @@ class ProviderError(SteadError):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class RunFailed(SteadError):
+    """`agent.run(..., check=True)` found that the run failed. `result` is its `stead.RunResult` (the
+    messages, the usage, `outcome`, `error`); `run_id` and `error` are copied from it."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+        self.run_id: str | None = getattr(result, "run_id", None)
+        self.error: str | None = getattr(result, "error", None)
 
 
 class ConfigurationError(SteadError):

@@ -21,7 +21,6 @@ from stead._plugin import (
     DefinitionSource,
     IncomingMessage,
     Migrations,
-    Plugin,
     TraceContextSource,
 )
 from stead._runs import RunReader
@@ -29,6 +28,7 @@ from stead.core.config import AgentConfig
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.observability.records import end_run, record_run, record_step, update_step
 from stead.store.base import AgentRow, Store, Tx
+from stead.system import Plugin
 
 __all__ = [
     "STEP_TYPE_KEY",

@@ -13,17 +13,18 @@ Acceptance (validation by plugins, group commit) lives in `stead._admission`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, ClassVar, ParamSpec, cast
 
 from stead._admission import Admission
-from stead._ids import is_valid_id, new_id
-from stead._plugin import DefinitionSource, Plugin, RealtimeSessionHandle, RealtimeSource
+from stead._ids import ID_RULE, is_valid_user_id, new_id
+from stead._plugin import DefinitionSource, IncomingMessage, Migrations, RealtimeSessionHandle, RealtimeSource
 from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
@@ -38,14 +39,46 @@ from stead.errors import (
     InvalidInput,
 )
 from stead.providers.base import Provider
-from stead.routing import ModelRouter
+from stead.providers.router import ModelRouter
 from stead.store import Faults, Store, dialect_of, open_store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
 
-__all__ = ["AgentInfo", "AgentSystem", "open_system"]
+__all__ = ["AgentInfo", "AgentSystem", "Opening", "Plugin", "open_system"]
 
 log = logging.getLogger("stead.system")
+P = ParamSpec("P")
+
+
+class Plugin:
+    """Extend stead: subclass and override what the layer contributes. Everything is optional.
+
+    `name` identifies the plugin (`system.plugin(name)`); two plugins of one system may not share it."""
+
+    name: ClassVar[str] = "plugin"
+    migrations: ClassVar[Migrations] = {}
+
+    def tools(self) -> Iterable[Tool | Callable[..., Any]]:
+        """Tools this plugin registers with the system (names must not collide with other tools)."""
+        return ()
+
+    def providers(self) -> Mapping[str, Provider]:
+        """Providers by name; an agent selects one with `provider=NAME` or a model string `NAME:model`."""
+        return {}
+
+    def hooks(self) -> Iterable[Hooks]:
+        """Hook objects to install on the kernel (called once, when the system opens). A plugin that is
+        itself a `stead.Hooks` subclass installs itself by default."""
+        return (self,) if isinstance(self, Hooks) else ()
+
+    def validate_message(self, message: IncomingMessage) -> None:
+        """Refuse an inbound message by raising `stead.InvalidInput` (nothing is written). Must not block."""
+
+    async def start(self, system: AgentSystem) -> None:
+        """The store is open and migrated; no agent has been restored yet. Use public methods only."""
+
+    async def close(self, system: AgentSystem) -> None:
+        """Every agent has stopped; the store is still open. Release what `start` acquired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +100,12 @@ class AgentSystem:
         env: Env,
         router: ModelRouter | None = None,
         plugins: Sequence[Plugin] = (),
+        *,
+        readonly: bool = False,
     ) -> None:
         self.store = store
+        self.readonly = readonly
+        """Opened with `readonly=True`: an inspector that reads what an owner commits and writes nothing."""
         self._env = env
         self.router = router or ModelRouter(env.providers)
         self._plugins: list[Plugin] = list(plugins)
@@ -85,6 +122,7 @@ class AgentSystem:
                 for p in self._plugins
                 if type(p).validate_message is not Plugin.validate_message
             ],
+            readonly=readonly,
         )
         self.restored: list[str] = []
 
@@ -136,6 +174,9 @@ class AgentSystem:
     def _check_open(self) -> None:
         self.admission.check_open()
 
+    def _check_writable(self) -> None:
+        self.admission.check_writable()
+
     # ------------------------------------------------------------------ agents
     async def create(
         self,
@@ -150,6 +191,7 @@ class AgentSystem:
         send_mode: str = "one-at-a-time",
         permission_mode: str = "auto",
         max_tool_concurrency: int = 8,
+        max_tool_result_chars: int = 100_000,
         extra: dict[str, Any] | None = None,
         definition: str | None = None,
         data: dict[str, Any] | None = None,
@@ -173,16 +215,15 @@ class AgentSystem:
                 send_mode=send_mode,
                 permission_mode=permission_mode,
                 max_tool_concurrency=max_tool_concurrency,
+                max_tool_result_chars=max_tool_result_chars,
                 **kwargs,
             )
         if data is not None:
             raise ConfigurationError("create(data=...) needs definition=...")
-        if agent_id is not None and not is_valid_id(agent_id):
-            raise InvalidId(f"agent id {agent_id!r} is not a cuid2 id")
-        provider = self.router.provider_name(provider, model)
-        if model is None:
-            model = "default"
-        self.router.check(provider, model)
+        if agent_id is not None and not is_valid_user_id(agent_id):
+            raise InvalidId(f"agent id {agent_id!r} is not a valid id: use {ID_RULE}")
+        chosen = self.router.resolve(model, provider=provider)  # one grammar; candidates resolved now
+        provider, model = chosen.provider, chosen.model
         unknown = [t for t in tools if t not in self._env.tools]
         if unknown:
             known = ", ".join(sorted(self._env.tools)) or "none"
@@ -194,7 +235,7 @@ class AgentSystem:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
         config = AgentConfig(
             provider=provider,
-            model=model if isinstance(model, str) else list(model),
+            model=model,
             instructions=instructions,
             tools=list(tools),
             name=name,
@@ -202,6 +243,7 @@ class AgentSystem:
             send_mode=cast(QueueMode, send_mode),
             permission_mode=permission_mode,
             max_tool_concurrency=max_tool_concurrency,
+            max_tool_result_chars=max_tool_result_chars,
             extra=dict(extra or {}),
         )
         aid = agent_id or new_id()
@@ -246,10 +288,12 @@ class AgentSystem:
 
         With `resume=True`, an agent that owes work and is not running in this process (the store was
         opened with `restore=False`, or it was not in the `restore=` list) is started, as a restore would."""
+        if resume:
+            self._check_writable()
         rt = self._runtimes.get(agent_id)
         pending: Pending | None = None
         if rt is None:
-            if not is_valid_id(agent_id):
+            if not is_valid_user_id(agent_id):
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
             async with self.store.transaction() as tx:
                 row = await tx.get_agent(agent_id)
@@ -284,6 +328,7 @@ class AgentSystem:
 
     async def delete(self, agent_id: str) -> None:
         """Stop the agent (abort its turn) and remove it with its history and state."""
+        self._check_writable()
         rt = self._runtimes.get(agent_id)
         if rt is not None:
             await rt.abort()
@@ -313,6 +358,13 @@ class AgentSystem:
             self._runtimes[row.id] = rt
             self.restored.append(row.id)
             rt.restore(pending)
+        if self.restored:
+            # visible on purpose: opening a store as its owner runs the work its agents still owe
+            shown = ", ".join(
+                f"{aid} ({self._runtimes[aid].config.name})" if self._runtimes[aid].config.name else aid
+                for aid in self.restored
+            )
+            log.info("resumed %d agent(s) that owe work: %s", len(self.restored), shown)
 
     async def drain(self) -> None:
         """Stop every agent before its next provider request; durable work stays for the next owner."""
@@ -439,6 +491,39 @@ def _collect_migrations(
     return out
 
 
+class Opening:
+    """What `stead.open(...)` returns: awaitable (`system = await stead.open(...)`) and an async context
+    manager (`async with stead.open(...) as system:`, which closes the system on exit), as aiosqlite's
+    `connect` is. `async with await stead.open(...)` works too: the system is its own context manager."""
+
+    __slots__ = ("_coro", "_system")
+
+    def __init__(self, coro: Coroutine[Any, Any, AgentSystem]) -> None:
+        self._coro = coro
+        self._system: AgentSystem | None = None
+
+    def __await__(self) -> Generator[Any, None, AgentSystem]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> AgentSystem:
+        self._system = await self._coro
+        return self._system
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._system is not None:
+            await self._system.close()
+
+
+def _opening(fn: Callable[P, Coroutine[Any, Any, AgentSystem]]) -> Callable[P, Opening]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Opening:
+        return Opening(fn(*args, **kwargs))
+
+    return wrapper
+
+
 async def open_system(
     url: str,
     *,
@@ -450,6 +535,7 @@ async def open_system(
     faults: Faults | None = None,
     max_payload_bytes: int = 1_000_000,
     restore: bool | Collection[str] = True,
+    readonly: bool = False,
 ) -> AgentSystem:
     """Open the store at `url` with `plugins` and return the system (what `stead.open` does once it has
     turned its keyword shortcuts into plugins).
@@ -475,7 +561,7 @@ async def open_system(
     for p in plugins:
         _register_tools(tool_map, p.tools())
     migrations = _collect_migrations(plugins, hook_list, dialect_of(url))
-    store = await open_store(url, faults=faults, migrations=migrations)
+    store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
     router = ModelRouter(provider_map)
     env = Env(
         store=store,
@@ -487,10 +573,12 @@ async def open_system(
     )
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
-    system = AgentSystem(store, env, router, plugins)
+    system = AgentSystem(store, env, router, plugins, readonly=readonly)
     try:
         await system._start_plugins()
-        if restore is True:
+        if readonly:
+            pass  # an inspector never runs anything
+        elif restore is True:
             await system._restore()
         elif restore:
             await system._restore(only=set(restore))
@@ -498,6 +586,4 @@ async def open_system(
         await system._stop_plugins()
         await store.close()
         raise
-    if system.restored:
-        log.info("resumed %d agent(s) that owed work: %s", len(system.restored), ", ".join(system.restored))
     return system

@@ -425,7 +425,7 @@ def describe_stuck(agents: list[stead.Agent]) -> str:
             rt._loop_task.print_stack(limit=8, file=buf)
         parts.append(
             f"{a.id}: loop={rt._loop_task is not None} pending={rt.pending} accepting={rt._accepting} "
-            f"aborting={rt._aborting} draining={rt._draining} blocked={rt.blocked} {buf.getvalue()!r}"
+            f"aborting={rt.aborting} draining={rt.draining} blocked={rt.blocked} {buf.getvalue()!r}"
         )
     return "; ".join(parts)
 

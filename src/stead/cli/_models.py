@@ -1,18 +1,20 @@
 """`stead models`: the model catalog and which of its models can be used now; `stead run --model` checks.
 
 A model is usable when its driver package is installed and its vendor's key is set (vendors that need no
-key, such as a local Ollama server, are always usable: stead does not probe the server).
+key, such as a local Ollama server, are always usable: stead does not probe the server). The default model
+it reports is the one `system.create()` without a model uses when no provider is registered (the router's
+one rule, `ModelRouter.default`). Both the table and `--model` ask the driver registry and the model router,
+the same code `stead.open` uses.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,15 +22,11 @@ from rich.table import Table
 from rich.text import Text as RichText
 
 from stead.errors import ConfigurationError
-from stead.providers.catalog import Catalog, ModelInfo, Vendor, load_catalog, parse_model, resolve
+from stead.providers.catalog import Catalog, ModelInfo, Vendor, load_catalog
+from stead.providers.drivers import DRIVERS
+from stead.providers.router import ModelRouter
 
-if TYPE_CHECKING:
-    from stead.definitions import AgentDefinition
-    from stead.providers.base import Provider
-
-__all__ = ["ModelRow", "check_model", "model_rows", "models", "run_providers"]
-
-_PACKAGE = {"openai": "openai", "openai-compatible": "openai", "anthropic": "anthropic"}
+__all__ = ["ModelRow", "check_model", "model_rows", "models"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +58,9 @@ class ModelRow:
 
 
 def _why_not(vendor: Vendor, env: Mapping[str, str]) -> str | None:
-    package = _PACKAGE[vendor.driver]
-    if importlib.util.find_spec(package) is None:
-        return f"pip install 'stead[{package}]'"
+    driver = DRIVERS[vendor.driver]
+    if not driver.installed:
+        return f"pip install 'stead[{driver.package}]'"
     if vendor.key_required and vendor.key_env and not env.get(vendor.key_env):
         return f"set {vendor.key_env}"
     return None
@@ -157,48 +155,37 @@ def models(
     width = None if sys.stdout.isatty() else 140
     Console(highlight=False, soft_wrap=True, width=width).print(table)
     try:
-        default = resolve(None, env, catalog=catalog)
+        default = ModelRouter({}, env).default()
         err.print(
-            RichText(f"prices: USD per million tokens; the default model now is {default}", style="dim")
+            RichText(
+                f"prices: USD per million tokens; the default model now is {default.model} "
+                "(what create() without model= uses)",
+                style="dim",
+            )
         )
     except ConfigurationError:
         missing = sorted({v.key_env for v in catalog.vendors.values() if v.key_env and v.key_required})
         err.print(
             RichText(
-                f"no model is usable now: set {' or '.join(missing)}, or name a local server with "
-                "--model openai-compatible:llama3.2@http://localhost:11434/v1",
+                f"no model is usable now, so create() without model= refuses: set {' or '.join(missing)}, "
+                "or name a local server with --model openai-compatible:llama3.2@http://localhost:11434/v1",
                 style="yellow",
             )
         )
 
 
 # ---------------------------------------------------------------------------------------------- run --model
-def check_model(spec: str, env: Mapping[str, str] | None = None) -> str:
-    """Check a `--model` value now; a `ConfigurationError` with one line naming what to set otherwise."""
-    env = os.environ if env is None else env
+def check_model(
+    spec: str, env: Mapping[str, str] | None = None, *, base_dir: str | os.PathLike[str] | None = None
+) -> str:
+    """Check a `--model` value now, with the router `stead.open` uses (the one model-string grammar;
+    `scripted:FILE.yaml` relative to `base_dir`, default the working directory); a `ConfigurationError`
+    with one line naming what to set or install otherwise."""
+    router = ModelRouter({}, env)
     try:
-        catalog = load_catalog(env.get("STEAD_CATALOG") or None)
-        route = parse_model(spec, catalog)
+        why = router.unusable(spec, base_dir=base_dir)
     except ConfigurationError as e:
         raise ConfigurationError(f"--model {spec}: {e}") from None
-    package = _PACKAGE[route.driver]
-    if importlib.util.find_spec(package) is None:
-        raise ConfigurationError(
-            f"--model {spec}: the {route.driver} driver needs: pip install 'stead[{package}]'"
-        )
-    if route.key_required and route.key_env and not env.get(route.key_env):
-        raise ConfigurationError(f"--model {spec}: no API key for {route.vendor}: set {route.key_env}")
+    if why is not None:
+        raise ConfigurationError(f"--model {spec}: {why}")
     return spec
-
-
-def run_providers(definition: AgentDefinition, model: str | None) -> dict[str, Provider]:
-    """The providers `stead run` registers for one definition file. With `--model`, the model comes from
-    the catalog; a scripted definition's provider stays registered (for work it left unfinished)."""
-    from stead.definitions import make_provider
-
-    if model is None:
-        return {definition.provider_name: make_provider(definition)}
-    check_model(model)
-    if definition.provider_name == "scripted":
-        return {"scripted": make_provider(definition)}
-    return {}

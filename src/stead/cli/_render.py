@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.console import Console
+from rich.text import Text as RichText
+
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
 
-__all__ = ["block_json", "call_summary", "message_json", "one_line"]
+__all__ = ["block_json", "call_summary", "message_json", "one_line", "print_history"]
 
 
 def block_json(block: Block) -> dict[str, Any]:
@@ -63,3 +66,36 @@ def call_summary(call: ToolCall, limit: int = 200) -> str:
     else:
         args = call.arguments
     return one_line(f"{call.name}({args})", limit)
+
+
+_ROLE_STYLE = {
+    "user": "bold green",
+    "assistant": "bold cyan",
+    "tool": "bold magenta",
+    "system": "bold yellow",
+}
+
+
+def print_history(console: Console, messages: list[Message]) -> None:
+    """The conversation as `stead history` prints it (also `/history` in `stead chat`)."""
+    names: dict[str, str] = {}
+    for m in messages:
+        console.print(RichText(m.role, style=_ROLE_STYLE.get(m.role, "bold")))
+        for b in m.content:
+            if isinstance(b, Text):
+                console.print(RichText(_indent(b.text)))
+            elif isinstance(b, Reasoning):
+                console.print(RichText(_indent("(thinking) " + b.text), style="dim italic"))
+            elif isinstance(b, ToolCall):
+                if b.id is not None:
+                    names[b.id] = b.name
+                console.print(RichText(_indent(f"→ {call_summary(b, 2000)}"), style="cyan"))
+            elif isinstance(b, ToolResult):
+                name = names.get(b.call_id, "tool")
+                style = "red" if b.is_error else ""
+                mark = "✗" if b.is_error else "←"
+                console.print(RichText(_indent(f"{mark} {name}: {b.output}"), style=style))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines() or [""])

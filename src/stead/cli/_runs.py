@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,10 +12,10 @@ from rich.text import Text as RichText
 from rich.tree import Tree
 
 import stead
-from stead.cli._common import DEFAULT_DB, DbOption, err, execute, url, wide
+from stead.cli._common import DEFAULT_DB, DbOption, SteadCommand, SteadGroup, err, execute, inspect_db, wide
 from stead.cli._render import one_line
 
-__all__ = ["runs_app"]
+__all__ = ["runs_app", "runs_table"]
 
 # ---------------------------------------------------------------------------------------------------- runs
 runs_app = typer.Typer(
@@ -24,16 +23,18 @@ runs_app = typer.Typer(
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    cls=SteadGroup,
 )
 
 
-async def _list_runs(db: Path, agent_id: str | None, limit: int) -> list[stead.Run]:
-    async with await stead.open(url(db), restore=False) as system:
+async def _list_runs(db: str, agent_id: str | None, limit: int) -> list[stead.Run]:
+    async with inspect_db(db) as system:
         return await system.runs(agent_id=agent_id, limit=limit)
 
 
-async def _show_run(db: Path, run_id: str) -> stead.Run:
-    async with await stead.open(url(db), restore=False) as system:
+async def _show_run(db: str, run_id: str) -> stead.Run:
+    async with inspect_db(db) as system:
         return await system.run(run_id)
 
 
@@ -89,15 +90,21 @@ def _run_json(r: stead.Run) -> dict[str, Any]:
     }
 
 
-@runs_app.callback(invoke_without_command=True)
+@runs_app.callback(invoke_without_command=True, cls=SteadGroup)
 def runs(
     ctx: typer.Context,
-    agent: Annotated[str | None, typer.Option("--agent", help="Only the runs of this agent id.")] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many runs (newest first).", min=1)] = 20,
+    agent: Annotated[
+        str | None, typer.Option("--agent", metavar="ID", help="Only the runs of this agent id.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", help="At most this many runs (newest first).", min=1)
+    ] = 20,
     db: DbOption = DEFAULT_DB,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included)."""
+    """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included).
+
+    Reads the database without owning it, also while another process runs agents in it."""
     if ctx.invoked_subcommand is not None:
         return
     found = execute(lambda: _list_runs(db, agent, limit))
@@ -107,6 +114,11 @@ def runs(
     if not found:
         err().print(RichText(f"no runs in {db}", style="dim"))
         return
+    wide().print(runs_table(found))
+
+
+def runs_table(found: list[stead.Run]) -> Table:
+    """Runs as `stead runs` shows them (also `/runs` in `stead chat`)."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
         table.add_column(col, no_wrap=True)
@@ -122,7 +134,7 @@ def runs(
             f"{r.input_tokens}/{r.output_tokens}",
             _cost(r.cost),
         )
-    wide().print(table)
+    return table
 
 
 def _run_label(r: stead.Run) -> RichText:
@@ -174,7 +186,7 @@ def _tree(r: stead.Run, tree: Tree | None = None) -> Tree:
     return node
 
 
-@runs_app.command("show")
+@runs_app.command("show", cls=SteadCommand, short_help="Print a run as a tree of steps and sub-agent runs.")
 def runs_show(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)],
     db: DbOption = DEFAULT_DB,

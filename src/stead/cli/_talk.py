@@ -29,7 +29,7 @@ __all__ = ["talk"]
 
 
 async def _talk(
-    name: str, own: Path, team: Path, session_id: str | None, model: str | None, wait: float, db: Path
+    name: str, own: Path, team: Path, session_id: str | None, model: str | None, wait: float, db: str
 ) -> None:
     from stead.realtime import RealtimePlugin
 

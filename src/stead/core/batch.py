@@ -9,29 +9,35 @@ On resume after a crash (the entry exists but this process never dispatched it),
 again with the same id; a `transactional` call had no effect (its transaction never committed) and runs
 again; any other call is *in doubt* and gets an error result saying so — unless its tool has a `reconcile`
 hook that decides from durable evidence (T5).
+
+A result longer than the tool's `max_result_chars` (or the agent's `max_tool_result_chars`, 100,000 by
+default) is cut in the conversation with a marker saying how much was cut; `tool_result_tx` hooks (the run
+record's tool step) get the full output.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stead._ids import new_id
 from stead.core import records as R
+from stead.core.consume import consumption_published, write_consumption
 from stead.core.events import ToolFinished, ToolStarted
 from stead.core.records import Pending
-from stead.core.turns import block_records, consumption_published, response_info, write_consumption
+from stead.core.response import block_records, response_info
+from stead.core.state import AgentState, Turn
 from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_block, encode_usage
 from stead.providers.base import BlockEnd, Done
 from stead.store.base import Tx
 from stead.tools._tool import IN_DOUBT, RUN_AGAIN, Tool, ToolArgumentError, render_output
 from stead.tools.context import CallKV, ToolContext
 
-if TYPE_CHECKING:
-    from stead.core.runtime import AgentRuntime, _Turn
+__all__ = ["IN_DOUBT_TEXT", "Batch", "abort_batch", "cut_output", "decode_batch", "dispatch", "run_batch"]
 
-__all__ = ["IN_DOUBT_TEXT", "abort_batch", "dispatch", "run_batch"]
+Batch = list[tuple[str, ToolCall]]
+"""The calls of a dispatched batch with their entry keys, in call order."""
 
 IN_DOUBT_TEXT = (
     "This call was interrupted (the process stopped while it ran) and was not retried, because the tool "
@@ -39,121 +45,129 @@ IN_DOUBT_TEXT = (
 )
 
 
-async def dispatch(rt: AgentRuntime, turn: _Turn, reason: str) -> list[tuple[str, str]]:
-    """Commit the response's blocks and its batch in one transaction (T1); return the batch entries."""
+def decode_batch(entries: list[tuple[str, str]]) -> Batch:
+    """The dispatched batch as stored (entry key → encoded call), decoded."""
+    out: Batch = []
+    for key, raw in entries:
+        call = decode_block(json.loads(raw))
+        assert isinstance(call, ToolCall) and call.id is not None
+        out.append((key, call))
+    return out
+
+
+async def dispatch(st: AgentState, turn: Turn, reason: str) -> Batch:
+    """Commit the response's blocks and its batch in one transaction (T1); return the batch."""
     blocks = list(turn.held)
     calls = list(turn.calls)
-    entries = [(R.tool_key(i, call.id or ""), dumps(encode_block(call))) for i, call in enumerate(calls)]
-    async with rt.env.store.transaction() as tx:
-        consumed = await write_consumption(rt, tx, turn)
-        recs = block_records(rt, turn, blocks, turn.usage)
-        await tx.append(rt.id, [dumps(r) for r in recs])
-        for key, value in entries:
-            await tx.write(rt.id, key, value)
+    batch: Batch = [(R.tool_key(i, call.id or ""), call) for i, call in enumerate(calls)]
+    hooks = st.hooks
+    async with st.env.store.transaction() as tx:
+        consumed = await write_consumption(st, tx, turn)
+        recs = block_records(turn, blocks, turn.usage)
+        await tx.append(st.id, [dumps(r) for r in recs])
+        for key, call in batch:
+            await tx.write(st.id, key, dumps(encode_block(call)))
         pending = turn.pending.but(stage="tools", turn_id=turn.inference_id, inference_id=turn.inference_id)
-        await tx.write(rt.id, R.PENDING, pending.encode())
+        await tx.write(st.id, R.PENDING, pending.encode())
         if turn.usage is not None and not blocks:
-            await tx.write(rt.id, R.USAGE, dumps(encode_usage(turn.usage)))
-        hooks = rt.env.hooks
-        if hooks:
-            ctx = rt.hook_ctx(tx, pending, inference_id=turn.inference_id)
-            for b in blocks:
-                await hooks.block_tx(ctx, b)
-            await hooks.response_tx(ctx, response_info(rt, turn, reason, None))
+            await tx.write(st.id, R.USAGE, dumps(encode_usage(turn.usage)))
+        want_blocks = bool(blocks) and hooks.wants("block_tx")
+        if want_blocks or hooks.wants("response_tx") or hooks.wants("tool_dispatched_tx"):
+            ctx = st.hook_ctx(tx, pending, inference_id=turn.inference_id)
+            if want_blocks:
+                for b in blocks:
+                    await hooks.block_tx(ctx, b)
+            await hooks.response_tx(ctx, response_info(turn, reason, None))
             await hooks.tool_dispatched_tx(ctx, calls)
 
         def published() -> None:
-            consumption_published(rt, turn, consumed)
-            rt._publish_records(consumed + recs)
-            rt.pending = pending
+            consumption_published(st, turn)
+            st.publish_records(consumed + recs)
+            st.pending = pending
             turn.pending = pending
-            rt.dispatched_here.update(c.id for c in calls if c.id)
-            for b in blocks:
-                rt.emit(BlockEnd(b))
+            st.dispatched_here.update(c.id for c in calls if c.id)
             turn.done_emitted = True
-            rt.emit(Done("tool_call", usage=turn.usage, inference_id=turn.inference_id))
+            if st.listening:
+                for b in blocks:
+                    st.emit(BlockEnd(b))
+                st.emit(Done("tool_call", usage=turn.usage, inference_id=turn.inference_id))
 
         tx.after_commit(published)
     turn.held.clear()
     turn.calls.clear()
-    return entries
+    return batch
 
 
-def _allowed_tool(rt: AgentRuntime, name: str, offered: list[str]) -> Tool | None:
+def _allowed_tool(st: AgentState, name: str, offered: list[str]) -> Tool | None:
     if name not in offered:
         return None
-    return rt.env.tools.get(name)
+    return st.env.tools.get(name)
 
 
-async def run_batch(rt: AgentRuntime, pending: Pending, entries: list[tuple[str, str]]) -> None:
+async def run_batch(st: AgentState, pending: Pending, batch: Batch) -> None:
     """Run the unfinished calls of the dispatched batch and commit their results in call order."""
-    calls = [(key, decode_block(json.loads(raw))) for key, raw in entries]
-    sem = asyncio.Semaphore(max(1, rt.config.max_tool_concurrency))
-    offered = rt.offered_tools(pending)
-    loop = asyncio.get_running_loop()
-    if len(calls) == 1:
+    offered = st.offered_tools(pending)
+    sem = asyncio.Semaphore(max(1, st.config.max_tool_concurrency))
+    tools = [_allowed_tool(st, call.name, offered) for _, call in batch]
+    if len(batch) == 1:
         # a single call runs inline, without a task (an abort cancels the loop task and with it the call)
-        key, call = calls[0]
-        assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name, offered)
-        if (
-            call.id not in rt.outcomes
-            and call.id not in rt.running
-            and not (tool is not None and tool.transactional)
-        ):
-            resumed = call.id not in rt.dispatched_here
-            rt.outcomes[call.id] = await _execute(rt, pending, call, tool, resumed, sem)
-    for _, call in calls:
-        assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name, offered)
-        if call.id in rt.outcomes or call.id in rt.running or (tool is not None and tool.transactional):
+        (_, call), tool = batch[0], tools[0]
+        cid = call.id or ""
+        if cid not in st.outcomes and cid not in st.running and not (tool is not None and tool.transactional):
+            resumed = cid not in st.dispatched_here
+            st.outcomes[cid] = await _execute(st, pending, call, tool, resumed, sem)
+    else:
+        loop = asyncio.get_running_loop()
+        for (_, call), tool in zip(batch, tools, strict=True):
+            cid = call.id or ""
+            if cid in st.outcomes or cid in st.running or (tool is not None and tool.transactional):
+                continue
+            resumed = cid not in st.dispatched_here
+            st.running[cid] = loop.create_task(_execute(st, pending, call, tool, resumed, sem))
+    last_index = len(batch) - 1
+    for index, ((key, call), tool) in enumerate(zip(batch, tools, strict=True)):
+        cid = call.id or ""
+        last = index == last_index
+        if tool is not None and tool.transactional and cid not in st.outcomes:
+            await _commit_result(st, pending, key, call, None, last, tool)
             continue
-        resumed = call.id not in rt.dispatched_here
-        rt.running[call.id] = loop.create_task(_execute(rt, pending, call, tool, resumed, sem))
-    for index, (key, call) in enumerate(calls):
-        assert isinstance(call, ToolCall) and call.id is not None
-        tool = _allowed_tool(rt, call.name, offered)
-        last = index == len(calls) - 1
-        if tool is not None and tool.transactional and call.id not in rt.outcomes:
-            await _commit_result(rt, pending, key, call, None, last, tool)
-            continue
-        result = rt.outcomes.get(call.id)
+        result = st.outcomes.get(cid)
         if result is None:
-            result = await rt.running[call.id]
-            rt.outcomes[call.id] = result
-        await _commit_result(rt, pending, key, call, result, last, tool)
+            result = await st.running[cid]
+            st.outcomes[cid] = result
+        await _commit_result(st, pending, key, call, result, last, tool)
 
 
-def _context(rt: AgentRuntime, pending: Pending, call: ToolCall, resumed: bool) -> ToolContext:
+def _context(st: AgentState, pending: Pending, call: ToolCall, resumed: bool) -> ToolContext:
     assert call.id is not None
-    kv = rt.call_kvs.get(call.id)
+    kv = st.call_kvs.get(call.id)
     if kv is None:
-        kv = rt.call_kvs[call.id] = CallKV(rt.env.store, rt.id, call.id)
+        kv = st.call_kvs[call.id] = CallKV(st.env.store, st.id, call.id)
     return ToolContext(
         call_id=call.id,
         tool_name=call.name,
-        agent_id=rt.id,
+        agent_id=st.id,
         run_id=pending.run_id,
-        permission_mode=str(rt.settings.get("permission_mode", "auto")),
+        permission_mode=str(st.settings.get("permission_mode", "auto")),
         kv=kv,
-        store=rt.env.store,
+        store=st.env.store,
         resumed=resumed,
     )
 
 
 async def _prepare(
-    rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool
+    st: AgentState, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool
 ) -> tuple[ToolResult | None, dict[str, Any], ToolContext | None]:
     """Validation (T6), resume rules (T5) and the decision hook. A result means: do not run."""
     assert call.id is not None
     if tool is None:
-        known = ", ".join(rt.offered_tools(pending)) or "none"
+        known = ", ".join(st.offered_tools(pending)) or "none"
         return ToolResult(call.id, f"Unknown tool {call.name!r}. Available tools: {known}.", True), {}, None
     try:
         args = tool.validate(call.arguments)
     except ToolArgumentError as e:
         return ToolResult(call.id, str(e), True), {}, None
-    ctx = _context(rt, pending, call, resumed)
+    ctx = _context(st, pending, call, resumed)
     if resumed and not tool.durable and not tool.transactional:
         if tool.reconcile_fn is None:
             return ToolResult(call.id, IN_DOUBT_TEXT, True), args, ctx
@@ -162,18 +176,19 @@ async def _prepare(
             return ToolResult(call.id, IN_DOUBT_TEXT, True), args, ctx
         if decision is not RUN_AGAIN:
             return ToolResult(call.id, render_output(decision)), args, ctx
-    if rt.env.hooks:
-        answer = await rt.env.hooks.before_tool_call(rt.hook_ctx(None, pending), call)
+    if st.hooks.wants("before_tool_call"):
+        answer = await st.hooks.before_tool_call(st.hook_ctx(None, pending), call)
         if answer is not None:
             return ToolResult(call.id, answer.output, answer.is_error), args, ctx
     return None, args, ctx
 
 
 async def _invoke(
-    rt: AgentRuntime, call: ToolCall, tool: Tool, ctx: ToolContext, args: dict[str, Any]
+    st: AgentState, call: ToolCall, tool: Tool, ctx: ToolContext, args: dict[str, Any]
 ) -> ToolResult:
     assert call.id is not None
-    rt.emit(ToolStarted(call))
+    if st.listening:
+        st.emit(ToolStarted(call))
     try:
         output = await tool.call(ctx, args)
     except asyncio.CancelledError:
@@ -184,7 +199,7 @@ async def _invoke(
 
 
 async def _execute(
-    rt: AgentRuntime,
+    st: AgentState,
     pending: Pending,
     call: ToolCall,
     tool: Tool | None,
@@ -193,7 +208,7 @@ async def _execute(
 ) -> ToolResult:
     async with sem:
         try:
-            early, args, ctx = await _prepare(rt, pending, call, tool, resumed)
+            early, args, ctx = await _prepare(st, pending, call, tool, resumed)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -202,11 +217,22 @@ async def _execute(
         if early is not None:
             return early
         assert tool is not None and ctx is not None
-        return await _invoke(rt, call, tool, ctx, args)
+        return await _invoke(st, call, tool, ctx, args)
+
+
+def cut_output(result: ToolResult, limit: int) -> ToolResult:
+    """The result as the conversation keeps it: at most `limit` characters of output, then a marker
+    saying how much was cut (`…[cut: 12,403 of 112,403 characters]`)."""
+    n = len(result.output)
+    if n <= limit:
+        return result
+    kept = max(limit, 0)
+    marker = f"…[cut: {n - kept:,} of {n:,} characters]"
+    return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error)
 
 
 async def _commit_result(
-    rt: AgentRuntime,
+    st: AgentState,
     pending: Pending,
     key: str,
     call: ToolCall,
@@ -217,54 +243,57 @@ async def _commit_result(
     """T3: claim the call (delete its entry), append its result, erase its KV — one transaction. A
     transactional tool runs inside this transaction, in a savepoint that rolls back its writes if it fails."""
     assert call.id is not None
-    async with rt.env.store.transaction() as tx:
+    cid = call.id
+    async with st.env.store.transaction() as tx:
         if result is None:
             assert tool is not None
-            result = await _run_transactional(rt, pending, call, tool, tx)
-        if not await tx.delete(rt.id, key):
+            result = await _run_transactional(st, pending, call, tool, tx)
+        if not await tx.delete(st.id, key):
             return  # already answered: the first committed result wins
-        rec = R.result_record(result)
-        await tx.append(rt.id, [dumps(rec)])
-        kv = rt.call_kvs.get(call.id)
-        if call.id not in rt.dispatched_here or (kv is not None and kv.touched):
+        limit = tool.max_result_chars if tool is not None and tool.max_result_chars is not None else None
+        kept = cut_output(result, limit if limit is not None else st.config.max_tool_result_chars)
+        rec = R.result_record(kept)
+        await tx.append(st.id, [dumps(rec)])
+        kv = st.call_kvs.get(cid)
+        if cid not in st.dispatched_here or (kv is not None and kv.touched):
             # erase the call-bound KV (T3); skipped only when this process ran the call and it never wrote
-            await tx.delete_prefix(rt.id, f"{R.CALL_KV}{call.id}.")
+            await tx.delete_prefix(st.id, f"{R.CALL_KV}{cid}.")
         new_pending: Pending | None = None
         if last:
             inf = new_id()
             new_pending = pending.but(stage="inference", turn_id=inf, inference_id=inf)
-            await tx.write(rt.id, R.PENDING, new_pending.encode())
-        if rt.env.hooks:
-            await rt.env.hooks.tool_result_tx(rt.hook_ctx(tx, pending), call, result)
-        final = result
+            await tx.write(st.id, R.PENDING, new_pending.encode())
+        if st.hooks.wants("tool_result_tx"):
+            await st.hooks.tool_result_tx(st.hook_ctx(tx, pending), call, result)  # the full output
 
         def published() -> None:
-            rt._publish_records([rec])
-            rt.outcomes.pop(call.id or "", None)
-            rt.running.pop(call.id or "", None)
-            rt.dispatched_here.discard(call.id or "")
-            kv = rt.call_kvs.pop(call.id or "", None)
+            st.publish_records([rec])
+            st.outcomes.pop(cid, None)
+            st.running.pop(cid, None)
+            st.dispatched_here.discard(cid)
+            kv = st.call_kvs.pop(cid, None)
             if kv is not None:
                 kv.closed = True
             if new_pending is not None:
-                rt.pending = new_pending
-            rt.emit(ToolFinished(final))
+                st.pending = new_pending
+            if st.listening:
+                st.emit(ToolFinished(kept))
 
         tx.after_commit(published)
 
 
 async def _run_transactional(
-    rt: AgentRuntime, pending: Pending, call: ToolCall, tool: Tool, tx: Tx
+    st: AgentState, pending: Pending, call: ToolCall, tool: Tool, tx: Tx
 ) -> ToolResult:
     assert call.id is not None
-    resumed = call.id not in rt.dispatched_here
-    early, args, ctx = await _prepare(rt, pending, call, tool, resumed)
+    resumed = call.id not in st.dispatched_here
+    early, args, ctx = await _prepare(st, pending, call, tool, resumed)
     if early is not None:
         return early
     assert ctx is not None
     try:
         async with tx.savepoint():
-            result = await _invoke(rt, call, tool, ctx, args)
+            result = await _invoke(st, call, tool, ctx, args)
             if result.is_error:
                 raise _RollBack(result)
     except _RollBack as rb:
@@ -277,29 +306,29 @@ class _RollBack(Exception):
         self.result = result
 
 
-async def abort_batch(rt: AgentRuntime, tx: Tx) -> list[dict[str, Any]]:
+async def abort_batch(st: AgentState, tx: Tx) -> list[dict[str, Any]]:
     """Inside `tx`: every unanswered call of the dispatched batch gets an aborted error result (X1)."""
     recs: list[dict[str, Any]] = []
     results: list[ToolResult] = []
-    for key, raw in await tx.read_prefix(rt.id, R.TOOL):
-        call = decode_block(json.loads(raw))
-        assert isinstance(call, ToolCall) and call.id is not None
-        await tx.delete(rt.id, key)
-        await tx.delete_prefix(rt.id, f"{R.CALL_KV}{call.id}.")
-        result = ToolResult(call.id, "Aborted: the run was cancelled before this call finished.", True)
+    for key, call in decode_batch(await tx.read_prefix(st.id, R.TOOL)):
+        cid = call.id or ""
+        await tx.delete(st.id, key)
+        await tx.delete_prefix(st.id, f"{R.CALL_KV}{cid}.")
+        result = ToolResult(cid, "Aborted: the run was cancelled before this call finished.", True)
         results.append(result)
         recs.append(R.result_record(result))
     if recs:
-        await tx.append(rt.id, [dumps(r) for r in recs])
+        await tx.append(st.id, [dumps(r) for r in recs])
 
     def published() -> None:
         for r in results:
-            rt.outcomes.pop(r.call_id, None)
-            rt.running.pop(r.call_id, None)
-            kv = rt.call_kvs.pop(r.call_id, None)
+            st.outcomes.pop(r.call_id, None)
+            st.running.pop(r.call_id, None)
+            kv = st.call_kvs.pop(r.call_id, None)
             if kv is not None:
                 kv.closed = True
-            rt.emit(ToolFinished(r))
+            if st.listening:
+                st.emit(ToolFinished(r))
 
     tx.after_commit(published)
     return recs

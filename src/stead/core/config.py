@@ -1,4 +1,4 @@
-"""Agent configuration and the environment a kernel runtime runs in."""
+"""Agent configuration (what an agent is, as stored) and the environment a kernel runtime runs in."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ class AgentConfig:
     permission_mode: str = "auto"
     max_tool_concurrency: int = 8
     extra: dict[str, Any] = field(default_factory=dict)
+    max_tool_result_chars: int = 100_000
+    """Tool results longer than this are cut in the conversation (a tool's own `max_result_chars` wins)."""
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

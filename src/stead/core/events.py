@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from stead.core.outcome import Outcome
 from stead.messages import Message, ToolCall, ToolResult
 from stead.providers.base import BlockEnd, Done, ReasoningDelta, TextDelta, UsageEvent
 
@@ -58,8 +59,12 @@ class Activated:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
+    """The run ended (X2). `outcome` says how; `error` is the failure (or "aborted") when it did not
+    complete."""
+
     run_id: str
     error: str | None = None
+    outcome: Outcome = Outcome.COMPLETED
     type: Literal["settled"] = "settled"
 
 

@@ -4,6 +4,10 @@ Transactional hooks (`*_tx`) run inside the transaction whose change they descri
 transaction back (a failing `activated_tx` refuses the message, A4). Observing hooks run after commit and
 can never fail a run: their exceptions are logged and swallowed. Subclass `Hooks` and override what you need;
 several hook objects compose in order.
+
+A hook nobody overrides costs nothing: `HookSet` indexes, once, which hook objects override which method,
+dispatches only to those, and the kernel asks `hooks.wants(name)` before it builds a `HookContext` (or an
+event) for a seam nobody listens to.
 """
 
 from __future__ import annotations
@@ -11,13 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from stead.core.events import Event
+from stead.core.outcome import Outcome
 from stead.messages import Message, ToolCall, ToolResult, Usage
-
-if TYPE_CHECKING:
-    from stead.core.events import Event
-    from stead.store.base import Store, Tx
+from stead.store.base import Store, Tx
 
 __all__ = ["HookContext", "Hooks", "ResponseInfo"]
 
@@ -42,6 +45,8 @@ class HookContext:
     """In `activated_tx` on acceptance: the message whose acceptance activated the agent."""
     extra: dict[str, Any] = field(default_factory=dict)
     """The agent's configuration extras (what higher layers stored at creation; read-only)."""
+    outcome: Outcome | None = None
+    """In `settled_tx` and `settled`: how the run ended."""
 
     @property
     def permission_mode(self) -> str:
@@ -95,7 +100,8 @@ class Hooks:
         """A call's one result is being committed."""
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
-        """The active period ends: the pending record is being deleted."""
+        """The active period ends: the pending record is being deleted. `ctx.outcome` says how the run
+        ended; `error` is its failure (or "aborted") when it did not complete."""
 
     # -- decisions ---------------------------------------------------------------------------------
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
@@ -119,89 +125,134 @@ class Hooks:
 
     # -- observing ---------------------------------------------------------------------------------
     async def settled(self, ctx: HookContext, error: str | None) -> None:
-        """After the settlement committed and the loop stopped."""
+        """After the settlement committed and the loop stopped (`ctx.outcome` as in `settled_tx`)."""
 
     def on_event(self, agent_id: str, event: Event) -> None:
         """Every event, live. Must not block."""
 
 
+HOOK_METHODS = (
+    "activated_tx",
+    "message_consumed_tx",
+    "permission_mode_changed_tx",
+    "block_tx",
+    "response_tx",
+    "tool_dispatched_tx",
+    "tool_result_tx",
+    "settled_tx",
+    "offered_tools",
+    "model_changed",
+    "before_inference",
+    "before_tool_call",
+    "settled",
+    "on_event",
+)
+
+
+def overrides(hook: Hooks, name: str) -> bool:
+    """Whether `hook` does something for `name`: its class (or the object itself) replaces the default."""
+    return name in vars(hook) or getattr(type(hook), name) is not getattr(Hooks, name)
+
+
 class HookSet:
     """Composes several `Hooks`: transactional hooks chain (first failure propagates), observing hooks fan
-    out with per-hook failure isolation."""
+    out with per-hook failure isolation. Each method calls only the hook objects that override it (indexed
+    at construction: the hook list is fixed from then on)."""
 
     def __init__(self, hooks: Sequence[Hooks]) -> None:
         self.hooks = list(hooks)
+        self._by: dict[str, tuple[Hooks, ...]] = {
+            name: tuple(h for h in self.hooks if overrides(h, name)) for name in HOOK_METHODS
+        }
+        self._activated_tx = self._by["activated_tx"]
+        self._message_consumed_tx = self._by["message_consumed_tx"]
+        self._permission_mode_changed_tx = self._by["permission_mode_changed_tx"]
+        self._block_tx = self._by["block_tx"]
+        self._response_tx = self._by["response_tx"]
+        self._tool_dispatched_tx = self._by["tool_dispatched_tx"]
+        self._tool_result_tx = self._by["tool_result_tx"]
+        self._settled_tx = self._by["settled_tx"]
+        self._offered_tools = self._by["offered_tools"]
+        self._model_changed = self._by["model_changed"]
+        self._before_inference = self._by["before_inference"]
+        self._before_tool_call = self._by["before_tool_call"]
+        self._settled = self._by["settled"]
+        self._on_event = self._by["on_event"]
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
 
+    def wants(self, name: str) -> bool:
+        """Whether any hook object overrides `name` (ask before building a context for it)."""
+        return bool(self._by[name])
+
     async def activated_tx(self, ctx: HookContext) -> None:
-        for h in self.hooks:
+        for h in self._activated_tx:
             await h.activated_tx(ctx)
 
     async def message_consumed_tx(self, ctx: HookContext, message: Message) -> None:
-        for h in self.hooks:
+        for h in self._message_consumed_tx:
             await h.message_consumed_tx(ctx, message)
 
     async def permission_mode_changed_tx(self, ctx: HookContext, old: str, new: str) -> None:
-        for h in self.hooks:
+        for h in self._permission_mode_changed_tx:
             await h.permission_mode_changed_tx(ctx, old, new)
 
     async def block_tx(self, ctx: HookContext, block: Any) -> None:
-        for h in self.hooks:
+        for h in self._block_tx:
             await h.block_tx(ctx, block)
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
-        for h in self.hooks:
+        for h in self._response_tx:
             await h.response_tx(ctx, info)
 
     async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
-        for h in self.hooks:
+        for h in self._tool_dispatched_tx:
             await h.tool_dispatched_tx(ctx, calls)
 
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
-        for h in self.hooks:
+        for h in self._tool_result_tx:
             await h.tool_result_tx(ctx, call, result)
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
-        for h in self.hooks:
+        for h in self._settled_tx:
             await h.settled_tx(ctx, error)
 
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
-        for h in self.hooks:
+        for h in self._offered_tools:
             tools = h.offered_tools(ctx, tools)
         return tools
 
     async def model_changed(self, ctx: HookContext, old: dict[str, Any], new: dict[str, Any]) -> str | None:
-        for h in self.hooks:
+        for h in self._model_changed:
             handoff = await h.model_changed(ctx, old, new)
             if handoff is not None:
                 return handoff
         return None
 
     async def before_inference(self, ctx: HookContext) -> str | None:
-        for h in self.hooks:
+        for h in self._before_inference:
             reason = await h.before_inference(ctx)
             if reason is not None:
                 return reason
         return None
 
     async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
-        for h in self.hooks:
+        for h in self._before_tool_call:
             decision = await h.before_tool_call(ctx, call)
             if decision is not None:
                 return decision
         return None
 
     async def settled(self, ctx: HookContext, error: str | None) -> None:
-        for h in self.hooks:
+        for h in self._settled:
             try:
                 await h.settled(ctx, error)
             except Exception:
                 log.exception("observing hook settled() failed (ignored)")
 
     def on_event(self, agent_id: str, event: Event) -> None:
-        for h in self.hooks:
+        for h in self._on_event:
             try:
                 h.on_event(agent_id, event)
             except Exception:

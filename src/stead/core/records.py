@@ -10,10 +10,16 @@ Keys (per agent, sorted):
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
 
 History records (JSON, append-only):
-    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata}   consumed input
+    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id}   consumed input
     {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
+    {"k":"e","run":run id,"o":outcome[,"x":error]}                      the end of a run (settlement)
+
+The end-of-run record and the run id on consumed input are the kernel's durable link message → run →
+outcome (`stead.core.results`); they are not part of the conversation: `build_messages` skips end records
+and ignores the run id, so the provider context is what it was without them (R4). Records written before
+they existed (no `run`, no end record) still load.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from stead.core.outcome import Outcome
 from stead.messages import (
     Block,
     Message,
@@ -34,7 +41,7 @@ from stead.messages import (
     dumps,
 )
 
-__all__ = ["PENDING", "Pending", "Queued", "build_messages", "queue_key"]
+__all__ = ["PENDING", "MessageBuilder", "Pending", "Queued", "build_messages", "end_record", "queue_key"]
 
 PENDING = "pending"
 SETTINGS = "settings"
@@ -123,56 +130,91 @@ class Queued:
         d = json.loads(raw)
         return Queued(key, d["id"], d["r"], d["c"], d.get("m"), d.get("s") or {})
 
-    def history_record(self) -> dict[str, Any]:
+    def history_record(self, run_id: str | None = None) -> dict[str, Any]:
+        """The consumed-input record; `run_id` is the run that consumed it (the link `agent.run` reads)."""
         rec: dict[str, Any] = {"k": "u", "id": self.id, "r": self.role, "c": self.content}
         if self.metadata:
             rec["m"] = self.metadata
+        if run_id is not None:
+            rec["run"] = run_id
         return rec
 
 
-def build_messages(records: list[dict[str, Any]]) -> list[Message]:
-    """Rebuild the conversation from history records: consecutive blocks of one inference form one
-    assistant message; consecutive tool results form one tool message."""
-    out: list[Message] = []
-    blocks: list[Block] = []
-    block_inf: str | None = None
-    usage: Usage | None = None
-    results: list[Block] = []
+class MessageBuilder:
+    """Builds the conversation from history records, one record at a time.
 
-    def flush() -> None:
-        nonlocal blocks, block_inf, usage, results
-        if blocks:
-            out.append(Message("assistant", blocks, usage=usage))
-        if results:
-            out.append(Message("tool", results))
-        blocks, block_inf, usage, results = [], None, None, []
+    Consecutive blocks of one inference form one assistant message; consecutive tool results form one tool
+    message; end-of-run records are skipped. Feeding records one by one gives exactly what
+    `build_messages` gives for the whole list, so the runtime's mirror can extend the conversation as
+    records commit instead of rebuilding it for every inference."""
 
-    for rec in records:
+    __slots__ = ("_blocks", "_inf", "_out", "_results", "_usage")
+
+    def __init__(self, records: list[dict[str, Any]] | None = None) -> None:
+        self._out: list[Message] = []
+        self._blocks: list[Block] = []
+        self._inf: str | None = None
+        self._usage: Usage | None = None
+        self._results: list[Block] = []
+        for rec in records or ():
+            self.add(rec)
+
+    def add(self, rec: dict[str, Any]) -> None:
         kind = rec["k"]
         if kind == "b":
-            if results or (blocks and rec["i"] != block_inf):
-                flush()
-            block_inf = rec["i"]
-            blocks.append(decode_block(rec["b"]))
+            if self._results or (self._blocks and rec["i"] != self._inf):
+                self._flush()
+            self._inf = rec["i"]
+            self._blocks.append(decode_block(rec["b"]))
             if "u" in rec:
-                usage = decode_usage(rec["u"])
+                self._usage = decode_usage(rec["u"])
         elif kind == "t":
-            if blocks:
-                out.append(Message("assistant", blocks, usage=usage))
-                blocks, block_inf, usage = [], None, None
-            results.append(decode_block(rec["b"]))
+            if self._blocks:
+                self._out.append(Message("assistant", self._blocks, usage=self._usage))
+                self._blocks, self._inf, self._usage = [], None, None
+            self._results.append(decode_block(rec["b"]))
+        elif kind == "e":
+            return  # the end of a run: not part of the conversation
         else:
-            flush()
+            self._flush()
             if kind == "u":
-                out.append(
+                self._out.append(
                     Message(
                         rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"], metadata=rec.get("m")
                     )
                 )
             elif kind == "s":
-                out.append(Message("system", [Text(rec["x"])]))
-    flush()
-    return out
+                self._out.append(Message("system", [Text(rec["x"])]))
+
+    def _flush(self) -> None:
+        if self._blocks:
+            self._out.append(Message("assistant", self._blocks, usage=self._usage))
+        if self._results:
+            self._out.append(Message("tool", self._results))
+        self._blocks, self._inf, self._usage, self._results = [], None, None, []
+
+    def messages(self) -> list[Message]:
+        """The conversation so far (a new list; the builder keeps going)."""
+        out = list(self._out)
+        if self._blocks:
+            out.append(Message("assistant", list(self._blocks), usage=self._usage))
+        if self._results:
+            out.append(Message("tool", list(self._results)))
+        return out
+
+
+def build_messages(records: list[dict[str, Any]]) -> list[Message]:
+    """Rebuild the conversation from history records: consecutive blocks of one inference form one
+    assistant message; consecutive tool results form one tool message; end-of-run records are skipped."""
+    return MessageBuilder(records).messages()
+
+
+def end_record(run_id: str, outcome: Outcome, error: str | None) -> dict[str, Any]:
+    """The end-of-run record settlement appends (not part of the conversation)."""
+    rec: dict[str, Any] = {"k": "e", "run": run_id, "o": outcome.value}
+    if error is not None:
+        rec["x"] = error
+    return rec
 
 
 def result_record(result: ToolResult) -> dict[str, Any]:

@@ -6,20 +6,13 @@ definition = load_definition("examples/calculator/agent.yaml")
 team = load_registry("examples/team")
 """
 
-from stead.definitions._loader import import_tool, load_definition, load_registry, make_provider
+from stead.definitions._loader import import_tool, load_definition, load_registry
 from stead.definitions._registry import Registry
-from stead.definitions._schema import (
-    KNOWN_PROVIDERS,
-    AgentDefinition,
-    Limits,
-    RealtimeSettings,
-    parse_model,
-)
+from stead.definitions._schema import AgentDefinition, Limits, RealtimeSettings
 from stead.definitions._template import render_instructions
 from stead.errors import DefinitionError
 
 __all__ = [
-    "KNOWN_PROVIDERS",
     "AgentDefinition",
     "DefinitionError",
     "Limits",
@@ -28,7 +21,5 @@ __all__ = [
     "import_tool",
     "load_definition",
     "load_registry",
-    "make_provider",
-    "parse_model",
     "render_instructions",
 ]

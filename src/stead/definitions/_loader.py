@@ -1,6 +1,9 @@
 """Loading agent definition files: YAML → `AgentDefinition`, with tools imported and the model checked.
 
 Every problem is a `stead.DefinitionError` whose message starts with `file:line:` and names the field.
+Model strings are checked against the one grammar of `stead.providers.router` (the catalog, driver kinds,
+scripted model files — loaded here — and the names of the providers that will be registered, passed as
+`providers=`); which candidate is used is decided when an agent is created, by the system's router.
 """
 
 from __future__ import annotations
@@ -10,70 +13,115 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from stead._yaml import YamlDocument, load_yaml_model, read_yaml
 from stead.definitions._registry import Registry
-from stead.definitions._schema import AgentDefinition, parse_model
+from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import compile_instructions
 from stead.errors import ConfigurationError, DefinitionError
 from stead.providers.base import Provider
+from stead.providers.catalog import load_catalog
+from stead.providers.router import parse_spec
+from stead.providers.scripted_file import load_scripted_model
 from stead.tools._tool import Tool, tool
 
-__all__ = ["import_tool", "load_definition", "load_registry", "make_provider"]
+__all__ = ["import_tool", "load_definition", "load_registry"]
 
 
-def load_definition(path: str | Path) -> AgentDefinition:
-    """Load and check an agent definition file: schema, instructions template, tool imports and (for
-    scripted models) the script. References to sub-agents are checked by `load_registry`."""
-    definition, _ = _load(Path(path))
+def load_definition(path: str | Path, *, providers: Collection[str] = ()) -> AgentDefinition:
+    """Load and check an agent definition file: schema, instructions template, tool imports, the model
+    strings (`providers`: names of the providers that will be registered, so `model: NAME:MODEL` is known)
+    and the scripts of scripted models. References to sub-agents are checked by `load_registry`."""
+    definition, _ = _load(Path(path), providers)
     return definition
 
 
-def _load(p: Path) -> tuple[AgentDefinition, YamlDocument]:
+_MARKERS = ("name", "model", "instructions", "tools", "sub_agents")
+"""Keys that make a YAML file an agent definition (one with errors, perhaps): a file with none of them is
+something else and is reported as such instead of as a list of unknown keys."""
+
+
+def _check_is_definition(doc: YamlDocument) -> None:
+    data = doc.data
+    if isinstance(data, dict) and data.get("scripted") is True:
+        raise doc.error("this is a scripted model file (scripted: true), not an agent definition")
+    if not isinstance(data, dict):
+        return  # empty files and lists get load_yaml_model's own messages
+    if not any(k in data for k in _MARKERS):
+        keys = ", ".join(str(k) for k in list(data)[:5]) + (", ..." if len(data) > 5 else "")
+        raise doc.error(
+            f"not an agent definition: it has none of the keys name, model, instructions (its keys: {keys})"
+        )
+
+
+def _load(
+    p: Path, providers: Collection[str] = (), doc: YamlDocument | None = None
+) -> tuple[AgentDefinition, YamlDocument]:
+    _check_is_definition(doc if doc is not None else read_yaml(p, what="agent definition"))
     definition, doc = load_yaml_model(p, AgentDefinition, what="agent definition")
     definition._source = p.resolve()
     compile_instructions(definition, doc)
     definition._tools = _resolve_tools(definition, doc)
-    for i, candidate in enumerate(definition.candidates):
-        provider, model = parse_model(candidate)
-        if provider == "scripted":
-            loc: list[int | str] = ["model"] if isinstance(definition.model, str) else ["model", i]
-            loaded = _load_scripted(definition, doc, model, loc)
-            definition._providers[candidate] = loaded
-            if i == 0:
-                definition._provider = loaded
+    _check_models(definition, doc, providers)
     return definition, doc
 
 
-def _load_scripted(
-    definition: AgentDefinition, doc: YamlDocument, model: str, loc: list[int | str]
-) -> Provider:
-    from stead.providers.scripted_file import load_scripted_model  # scripted_file imports this package
+def _check_models(definition: AgentDefinition, doc: YamlDocument, providers: Collection[str]) -> None:
+    """Each candidate must name something the grammar knows; scripted model files are loaded now."""
+    catalog = load_catalog(os.environ.get("STEAD_CATALOG") or None)
+    single = isinstance(definition.model, str)
+    for i, candidate in enumerate(definition.candidates):
+        loc: list[int | str] = ["model"] if single else ["model", i]
+        field = "model" if single else f"model[{i}]"
+        if definition.type == "realtime":
+            # realtime models have their own grammar (stead.realtime); only scripted files are checked here
+            prefix, _, rest = candidate.partition(":")
+            if prefix == "text-duplex" and not (definition.base_dir / rest).is_file():
+                raise doc.error(f"{field}: text-duplex script {rest!r} not found", loc)
+            continue
+        try:
+            spec = parse_spec(candidate, registered=providers, catalog=catalog, base_dir=definition.base_dir)
+        except ConfigurationError as e:
+            if ":" not in candidate:
+                raise doc.error(
+                    f"{field}: must look like 'provider:model' or be a catalog model name; {e}", loc
+                ) from None
+            raise doc.error(f"{field}: {e}", loc) from None
+        if spec.kind == "scripted":
+            assert spec.path is not None
+            definition._providers[candidate] = _load_scripted(doc, spec.path, candidate, field, loc)
 
-    file = definition.base_dir / model
+
+def _load_scripted(
+    doc: YamlDocument, file: Path, candidate: str, field: str, loc: list[int | str]
+) -> Provider:
     if not file.is_file():
-        raise doc.error(f"model: scripted model file {model!r} not found (looked for {file})", loc)
+        name = candidate.partition(":")[2].strip()
+        raise doc.error(f"{field}: scripted model file {name!r} not found (looked for {file})", loc)
     return load_scripted_model(_display(file))
 
 
-def load_registry(directory: str | os.PathLike[str]) -> Registry:
+def load_registry(directory: str | os.PathLike[str], *, providers: Collection[str] = ()) -> Registry:
     """Load every agent definition in `directory` (`*.yaml` / `*.yml` at its top level; scripted model
-    files — `scripted: true` — are skipped) and check the references between them: unknown sub-agents,
-    delegation cycles, duplicate names and sub-agents that clash with a tool name. Every problem is a
-    `DefinitionError` naming `file:line:` and the field."""
+    files — `scripted: true` — and hidden files such as `.pre-commit-config.yaml` are skipped) and check the
+    references between them: unknown sub-agents, delegation cycles, duplicate names and sub-agents that
+    clash with a tool name. Every problem is a `DefinitionError` naming `file:line:` and the field; any
+    other YAML file (`docker-compose.yaml`, say) is refused as "not an agent definition", naming it.
+    `providers`: as for `load_definition`."""
     d = Path(directory)
     if not d.is_dir():
         raise DefinitionError("definitions directory not found", path=str(d))
     docs: dict[str, tuple[AgentDefinition, YamlDocument]] = {}
-    files = sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+    files = sorted(f for f in [*d.glob("*.yaml"), *d.glob("*.yml")] if not f.name.startswith("."))
     for f in files:
         head = read_yaml(f, what="agent definition")
         if isinstance(head.data, dict) and head.data.get("scripted") is True:
             continue  # a scripted model file living next to the definitions
-        definition, doc = _load(f)
+        definition, doc = _load(f, providers, head)
         if definition.name in docs:
             other = docs[definition.name][0].source
             raise doc.error(f"name: another definition is named {definition.name!r} ({other})", ["name"])
@@ -185,6 +233,8 @@ def _import_module(name: str, base: Path) -> ModuleType:
         if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
             raise ConfigurationError(f"module {name!r} not found (searched sys.path and {base})") from None
         raise ConfigurationError(f"importing {name} failed: {e}") from None
+    except ConfigurationError as e:  # e.g. a @stead.tool whose parameter type has no JSON schema
+        raise ConfigurationError(f"{name}: {e}") from None
     except Exception as e:
         raise ConfigurationError(f"importing {name} failed: {type(e).__name__}: {e}") from None
 
@@ -206,43 +256,10 @@ def _import_file(file: Path, shown: str) -> ModuleType:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+    except ConfigurationError as e:  # e.g. a @stead.tool whose parameter type has no JSON schema
+        del sys.modules[mod_name]
+        raise ConfigurationError(f"{shown}: {e}") from None
     except Exception as e:
         del sys.modules[mod_name]
         raise ConfigurationError(f"importing {shown} failed: {type(e).__name__}: {e}") from None
     return module
-
-
-def make_provider(definition: AgentDefinition) -> Provider:
-    """The provider that serves `definition.model` (scripted models were loaded with the definition)."""
-    if definition._provider is not None:
-        return definition._provider
-    name = definition.provider_name
-    if name == "scripted":
-        definition._provider = _load_scripted_standalone(definition)
-        return definition._provider
-    try:
-        if name == "openai":
-            from stead.providers.openai import OpenAIProvider
-
-            provider: Provider = OpenAIProvider()
-        elif name == "anthropic":
-            from stead.providers.anthropic import AnthropicProvider
-
-            provider = AnthropicProvider()
-        else:
-            raise ConfigurationError(f"unknown provider {name!r}")
-    except ImportError as e:
-        raise ConfigurationError(
-            f"the {name} provider needs its SDK: pip install 'stead[{name}]' ({e})"
-        ) from None
-    definition._provider = provider
-    return provider
-
-
-def _load_scripted_standalone(definition: AgentDefinition) -> Provider:
-    from stead.providers.scripted_file import load_scripted_model
-
-    file = definition.base_dir / definition.model_name
-    if not file.is_file():
-        raise DefinitionError(f"model: scripted model file {definition.model_name!r} not found ({file})")
-    return load_scripted_model(file)

@@ -18,32 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = [
-    "KNOWN_PROVIDERS",
-    "REALTIME_PROVIDERS",
-    "AgentDefinition",
-    "Limits",
-    "NarrationSettings",
-    "RealtimeSettings",
-    "parse_model",
-]
-
-KNOWN_PROVIDERS = ("scripted", "openai", "anthropic")
-"""Model prefixes a definition may use: `scripted:FILE.yaml`, `openai:MODEL`, `anthropic:MODEL`."""
-
-REALTIME_PROVIDERS = ("text-duplex",)
-"""Model prefixes only a `realtime` definition may use: `text-duplex:SCRIPT.yaml` (a scripted realtime model
-file). Realtime definitions also take catalog vendors (`openai:gpt-realtime`)."""
+__all__ = ["AgentDefinition", "Limits", "NarrationSettings", "RealtimeSettings"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
 
-def parse_model(model: str) -> tuple[str, str]:
-    """Split `provider:model` (e.g. `openai:gpt-4.1-mini`, `scripted:model.yaml`)."""
-    provider, sep, name = model.partition(":")
-    if not sep or not provider or not name:
-        raise ValueError(f"must look like 'provider:model' (e.g. 'openai:gpt-4.1-mini'), not {model!r}")
-    return provider, name
+def _split(candidate: str) -> tuple[str, str]:
+    """(prefix, rest) of `prefix:rest`; ("catalog", name) for a bare catalog name."""
+    prefix, sep, rest = candidate.partition(":")
+    if sep and prefix and rest:
+        return prefix, rest
+    return "catalog", candidate
 
 
 class Limits(BaseModel):
@@ -140,9 +125,12 @@ class AgentDefinition(BaseModel):
     `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
     runtime data given to `system.create(definition=..., data=...)`)."""
     model: str | list[str]
-    """`provider:model` — `scripted:model.yaml` (a scripted model file next to the definition),
-    `openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`, ... — or a list of them: ordered candidates, the
-    first whose provider is available is used."""
+    """A model string of the one grammar (`stead.providers.router`): `scripted:model.yaml` (a scripted model
+    file, relative to the definition), `openai:gpt-4.1-mini`, `ollama:llama3.2`,
+    `openai-compatible:MODEL@URL`, a bare catalog name (`claude-sonnet-4-6`), or `NAME:MODEL` for a
+    provider registered with `stead.open(providers={NAME: ...})` — or a list of them: ordered candidates,
+    the first usable when the agent is created is used. Checked against that grammar when the file is
+    loaded; keys are checked when an agent is created."""
     tools: list[str] = Field(default_factory=list)
     """Import paths: `package.module:name` or `file.py:name` (relative to the definition file)."""
     sub_agents: list[str] = Field(default_factory=list)
@@ -159,8 +147,8 @@ class AgentDefinition(BaseModel):
 
     _source: Path | None = PrivateAttr(default=None)
     _tools: list[Tool] = PrivateAttr(default_factory=list)
-    _provider: Provider | None = PrivateAttr(default=None)
     _providers: dict[str, Provider] = PrivateAttr(default_factory=dict)
+    """The scripted model files among the candidates, loaded with the definition (by candidate)."""
     _template: Any = PrivateAttr(default=None)
     _instructions_line: int = PrivateAttr(default=1)
 
@@ -180,15 +168,13 @@ class AgentDefinition(BaseModel):
 
     @pydantic.field_validator("model")
     @classmethod
-    def _check_model(cls, value: str | list[str], info: pydantic.ValidationInfo) -> str | list[str]:
+    def _check_model(cls, value: str | list[str]) -> str | list[str]:
         candidates = [value] if isinstance(value, str) else value
         if not candidates:
-            raise ValueError("needs at least one 'provider:model' candidate")
-        known = KNOWN_PROVIDERS + (REALTIME_PROVIDERS if info.data.get("type") == "realtime" else ())
+            raise ValueError("needs at least one model candidate (e.g. 'openai:gpt-4.1-mini')")
         for candidate in candidates:
-            provider, _ = parse_model(candidate)
-            if provider not in known:
-                raise ValueError(f"unknown provider {provider!r}; known: {', '.join(known)}")
+            if not candidate.strip():
+                raise ValueError("a model candidate is empty")
         return value
 
     @pydantic.model_validator(mode="after")
@@ -232,13 +218,13 @@ class AgentDefinition(BaseModel):
 
     @property
     def provider_name(self) -> str:
-        """The provider of the first (preferred) model candidate."""
-        return parse_model(self.candidates[0])[0]
+        """The prefix of the first (preferred) model candidate (`catalog` for a bare catalog name)."""
+        return _split(self.candidates[0])[0]
 
     @property
     def model_name(self) -> str:
-        """The model of the first (preferred) candidate."""
-        return parse_model(self.candidates[0])[1]
+        """What follows that prefix in the first candidate (the whole name for a bare catalog name)."""
+        return _split(self.candidates[0])[1]
 
     @property
     def resolved_tools(self) -> list[Tool]:

@@ -8,17 +8,15 @@ public seams (hooks, migrations, `system.tools`, `system.store`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from stead._plugin import Migrations, Plugin
+from stead._plugin import Migrations
 from stead._runs import Run
 from stead.core.hooks import Hooks
 from stead.observability.model import get_run, list_runs
 from stead.observability.records import MIGRATIONS, STEP_TYPE_KEY, RunRecorder
 from stead.store.base import Store
-
-if TYPE_CHECKING:
-    from stead.system import AgentSystem
+from stead.system import AgentSystem, Plugin
 
 __all__ = ["RecordsPlugin", "TracingPlugin"]
 

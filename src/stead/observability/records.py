@@ -24,6 +24,7 @@ from typing import Any
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.outcome import Outcome
 from stead.messages import Text, ToolCall, ToolResult, Usage
 from stead.store.base import Tx
 
@@ -617,7 +618,7 @@ class RunRecorder(Hooks):
         if tx is None or run_id is None:
             return
         now = time.time()
-        status = "completed" if error is None else ("cancelled" if error == "aborted" else "failed")
+        status = (ctx.outcome or (Outcome.COMPLETED if error is None else Outcome.FAILED)).value
         await tx.execute(_SETTLE_RUN, (status, now, error, run_id, run_id))
         # steps still open (calls cut off by an abort) end with the run
         await tx.execute(

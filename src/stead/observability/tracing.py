@@ -34,6 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from stead.core.events import Event, Settled, ToolFinished, ToolStarted
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.outcome import Outcome
 from stead.messages import Text, ToolCall, ToolResult
 from stead.observability.records import parent_link
 from stead.providers.base import Done
@@ -348,7 +349,7 @@ class TracingHooks(Hooks):
             if event.reason == "cancelled" and event.inference_id is not None:
                 self._cancelled_inference(agent_id, event.inference_id)
         elif isinstance(event, Settled):
-            self._end_run(agent_id, event.run_id, event.error)
+            self._end_run(agent_id, event.run_id, event.error, event.outcome)
 
     def _end_tool(self, result: ToolResult) -> None:
         cid = result.call_id
@@ -392,7 +393,7 @@ class TracingHooks(Hooks):
         span.set_status(Status(StatusCode.ERROR, "cancelled"))
         span.end()
 
-    def _end_run(self, agent_id: str, run_id: str, error: str | None) -> None:
+    def _end_run(self, agent_id: str, run_id: str, error: str | None, outcome: Outcome) -> None:
         run = self._runs.pop(run_id, None)
         if self._agent_run.get(agent_id) == run_id:
             del self._agent_run[agent_id]
@@ -404,10 +405,10 @@ class TracingHooks(Hooks):
             t.span.end()
         if run is None:
             return
-        status = "completed" if error is None else ("cancelled" if error == "aborted" else "failed")
+        status = outcome.value
         run.span.set_attribute("stead.run.status", status)
         if error is not None:
-            run.span.set_attribute("error.type", "cancelled" if status == "cancelled" else "_OTHER")
+            run.span.set_attribute("error.type", "cancelled" if outcome is Outcome.CANCELLED else "_OTHER")
             run.span.set_status(Status(StatusCode.ERROR, error))
         run.span.end()
 

@@ -28,7 +28,7 @@ from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
 from stead.definitions._registry import Registry
-from stead.definitions._schema import AgentDefinition, parse_model
+from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
 from stead.messages import Message, Text
@@ -111,6 +111,9 @@ class Orchestrator:
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
         self._system: AgentSystem | None = None
         self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self.model_override: str | None = None
+        """When set, every agent built from a definition uses this model string instead of the
+        definition's candidates (`stead run --model`); instructions, tools and limits are unchanged."""
 
     # ------------------------------------------------------------------ wiring (stead.open)
     def bind(self, system: AgentSystem) -> None:
@@ -162,24 +165,22 @@ class Orchestrator:
             raise ConfigurationError(f"unknown definition {name!r}; definitions: {known}") from None
 
     def _resolve_model(self, definition: AgentDefinition) -> tuple[str, str]:
+        """(provider, model) for a new agent of `definition`: its first usable candidate, through the
+        system's model router (one grammar with `create(model=)`); a scripted model file is served by the
+        definition's own scripted provider when it is registered (`providers()`)."""
         system = self.system
-        for i, candidate in enumerate(definition.candidates):
-            provider, model = parse_model(candidate)
-            if provider == "scripted":
-                key = _scripted_key(definition, i)
-                if key in system.providers:
-                    return key, model
-                continue
-            if provider in system.providers:
-                return provider, model
-            resolve = system._env.resolve_provider
-            if resolve is not None and resolve({"provider": provider, "model": model}) is not None:
-                return provider, model
-        raise ConfigurationError(
-            f"definition {definition.name!r}: none of its model candidates has a registered provider "
-            f"({', '.join(definition.candidates)}); "
-            f"registered: {', '.join(sorted(system.providers)) or 'none'}"
-        )
+        if self.model_override is not None:  # `--model`: every agent this command creates uses it
+            chosen = system.router.resolve(self.model_override)
+            return chosen.provider, chosen.model
+        try:
+            chosen = system.router.resolve(definition.candidates, base_dir=definition.base_dir)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"definition {definition.name!r}: {e}") from None
+        if chosen.kind == "scripted":
+            key = _scripted_key(definition, chosen.index)
+            if key in system.providers:
+                return key, chosen.model
+        return chosen.provider, chosen.model
 
     def config_for(
         self,

@@ -9,10 +9,10 @@ for `system.create(definition=...)` (it is the system's `DefinitionSource`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from stead._changes import CHANGES_KEY, RuntimeChange
-from stead._plugin import IncomingMessage, Plugin
+from stead._plugin import IncomingMessage
 from stead.core.hooks import Hooks
 from stead.definitions._registry import Registry
 from stead.errors import InvalidInput
@@ -23,10 +23,8 @@ from stead.orchestration._orchestrator import (
     Orchestrator,
 )
 from stead.providers.base import Provider
+from stead.system import AgentSystem, Plugin
 from stead.tools._tool import Tool
-
-if TYPE_CHECKING:
-    from stead.system import AgentSystem
 
 __all__ = ["OrchestrationPlugin"]
 

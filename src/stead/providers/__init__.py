@@ -1,8 +1,8 @@
-"""Model providers: the protocol (`base`), the deterministic `scripted` provider, the real drivers and the
-model catalog.
+"""Model providers: the protocol (`base`), the deterministic `scripted` provider, the real drivers (their
+registry: `drivers`), the model catalog and the model router (the one model-string grammar).
 
-`OpenAIProvider` and `AnthropicProvider` are imported on first use (their SDKs are optional dependencies:
-`pip install 'stead[providers]'`)."""
+`OpenAIProvider` and `AnthropicProvider` are imported on first use through the driver registry (their SDKs
+are optional dependencies: `pip install 'stead[providers]'`)."""
 
 from __future__ import annotations
 
@@ -20,20 +20,26 @@ from stead.providers.base import (
     UsageEvent,
 )
 from stead.providers.catalog import Route, compatible, load_catalog, make_provider, resolve
+from stead.providers.drivers import DRIVERS, Driver
+from stead.providers.router import ModelRouter, Selection
 
 if TYPE_CHECKING:
     from stead.providers.anthropic import AnthropicProvider
     from stead.providers.openai import OpenAIProvider
 
 __all__ = [
+    "DRIVERS",
     "AnthropicProvider",
     "BlockEnd",
     "Done",
+    "Driver",
+    "ModelRouter",
     "OpenAIProvider",
     "Provider",
     "ProviderRequest",
     "ReasoningDelta",
     "Route",
+    "Selection",
     "StreamEvent",
     "TextDelta",
     "ToolSpec",
@@ -44,23 +50,13 @@ __all__ = [
     "resolve",
 ]
 
-_LAZY = {"OpenAIProvider": "stead.providers.openai", "AnthropicProvider": "stead.providers.anthropic"}
+_CLASSES = {d.class_name: d for d in DRIVERS.values()}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    found = _CLASSES.get(name)
+    if found is None:
         raise AttributeError(f"module 'stead.providers' has no attribute {name!r}")
-    import importlib
-
-    try:
-        value = getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        from stead.errors import ConfigurationError
-
-        package = "openai" if name == "OpenAIProvider" else "anthropic"
-        raise ConfigurationError(
-            f"{name} needs the '{package}' package: pip install 'stead[{package}]'"
-        ) from e
+    value = found.load()  # a ConfigurationError naming the extra when the SDK is missing
     globals()[name] = value
     return value

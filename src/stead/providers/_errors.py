@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import email.utils
 import importlib
+import ipaddress
 import json
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from stead.errors import ProviderError
 
 __all__ = [
+    "connection_failed",
     "from_exception",
     "parse_retry_after",
     "status_error",
@@ -171,13 +174,45 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 _TRANSPORT_ERRORS = _transport_errors()
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _is_local(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "host.docker.internal") or host.endswith(".local"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def connection_failed(vendor: str, url: str | None, cause: BaseException | None) -> ProviderError:
+    """No connection could be made (refused, unresolvable host, unreachable network): one line naming the
+    endpoint and what to check. Retryable: a server that is starting up may answer the next attempt."""
+    why = f" ({_one_line(str(cause))})" if cause is not None and str(cause).strip() else ""
+    if url is None:
+        return ProviderError(f"{vendor}: connection failed{why}", retryable=True)
+    hint = "is the server running?" if _is_local(url) else "check the network and the URL"
+    return ProviderError(f"{vendor}: connection failed to {url}{why}: {hint}", retryable=True)
+
+
 def from_exception(
-    vendor: str, exc: BaseException, sdk: Any, *, key_env: str | None = None
+    vendor: str,
+    exc: BaseException,
+    sdk: Any,
+    *,
+    key_env: str | None = None,
+    base_url: str | None = None,
 ) -> ProviderError | None:
     """Map an exception raised by the `openai` or `anthropic` SDK (passed as `sdk`); None if it is not one.
 
     Both SDKs share the class layout: `APIStatusError` (with `.status_code`, `.response`, `.body`),
     `APITimeoutError` (a subclass of `APIConnectionError`), and `APIError` for an error sent inside a stream.
+    `base_url` is the endpoint the driver talks to, named when no connection can be made (the SDK's default
+    endpoint, from the failed request, when it is None).
     """
     if isinstance(exc, ProviderError):
         return exc
@@ -195,9 +230,14 @@ def from_exception(
             key_env=key_env,
         )
     if isinstance(exc, sdk.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        why = f": {cause}" if cause is not None and str(cause) else ""
-        return ProviderError(f"{vendor}: connection failed{why}", retryable=True)
+        url = base_url
+        if url is None:
+            request = getattr(exc, "request", None)
+            target = getattr(request, "url", None)
+            if target is not None:
+                parts = urlsplit(str(target))
+                url = f"{parts.scheme}://{parts.netloc}" if parts.netloc else None
+        return connection_failed(vendor, url, exc.__cause__ or exc.__context__)
     if isinstance(exc, sdk.APIError):
         # An error object sent inside an otherwise successful stream.
         return status_error(vendor, 200, body=getattr(exc, "body", None), fallback=str(exc), key_env=key_env)

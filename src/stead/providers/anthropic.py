@@ -25,6 +25,8 @@ from stead.messages import Block, Reasoning, Text, ToolCall, Usage
 from stead.providers import _errors
 from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_anthropic_messages, to_anthropic_tools
+from stead.providers._naming import wire_model
+from stead.providers._pricing import Prices
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -35,7 +37,6 @@ from stead.providers.base import (
     TextDelta,
     UsageEvent,
 )
-from stead.providers.catalog import Prices, model_name
 
 __all__ = ["ADAPTIVE_EFFORTS", "BUDGET_THINKING_MODELS", "THINKING_BUDGETS", "AnthropicProvider"]
 
@@ -133,11 +134,13 @@ class AnthropicProvider:
         await self._clients.aclose()
 
     def _error(self, exc: BaseException) -> ProviderError | None:
-        return _errors.from_exception(self.name, exc, anthropic, key_env=self._key_env)
+        return _errors.from_exception(
+            self.name, exc, anthropic, key_env=self._key_env, base_url=self.base_url
+        )
 
     def _body(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
         """The SDK arguments, and the fields sent through `extra_body` (newer API fields and options)."""
-        model = self.model or model_name(request.model)
+        model = self.model or wire_model(request.model)
         max_tokens = self.max_tokens
         body: dict[str, Any] = {
             "model": model,

@@ -1,6 +1,7 @@
 """The model catalog: which models exist, who serves them, what they cost, and how to pick one (DESIGN §6).
 
-Model strings:
+Model strings (the catalog's part of the one model-string grammar; `stead.providers.router` adds
+registered providers, scripted model files and candidate lists on top):
 
 - `openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`: a vendor of the catalog and a model (the model need
   not be in the catalog; its price is then unknown).
@@ -10,26 +11,27 @@ Model strings:
 
 `resolve()` walks candidates (the preference given, else every catalog model from the highest power down)
 and returns the first `Route` whose vendor has its key in the environment and whose driver is installed.
+Which drivers exist, what they need installed and how they are built is the driver registry's business
+(`stead.providers.drivers`); the catalog only names a driver kind per vendor.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import Any, cast
 
 import yaml
 
 from stead.errors import ConfigurationError
 from stead.messages import Usage
-
-if TYPE_CHECKING:
-    from stead.providers.base import Provider
+from stead.providers._naming import shipped_catalog_text, wire_model
+from stead.providers._pricing import Prices
+from stead.providers.base import Provider
+from stead.providers.drivers import DRIVER_KINDS, DRIVERS, DriverKind
 
 __all__ = [
     "DRIVER_KINDS",
@@ -46,34 +48,12 @@ __all__ = [
     "model_name",
     "parse_model",
     "resolve",
+    "unusable",
 ]
 
-DriverKind: TypeAlias = Literal["openai", "anthropic", "openai-compatible"]
-DRIVER_KINDS: tuple[DriverKind, ...] = ("openai", "anthropic", "openai-compatible")
-_DRIVER_PACKAGE: dict[str, str] = {
-    "openai": "openai",
-    "openai-compatible": "openai",
-    "anthropic": "anthropic",
-}
 _VENDOR_FIELDS = frozenset({"driver", "priority", "key_env", "key_required", "base_url"})
 _MODEL_FIELDS = frozenset({"vendor", "power", "context", "prices", "realtime"})
 _PRICE_FIELDS = frozenset({"input", "output", "cached_input"})
-
-
-@dataclass(frozen=True, slots=True)
-class Prices:
-    """USD per million tokens. Cached input (prompt-cache reads) costs `input` when `cached_input` is None."""
-
-    input: float
-    output: float
-    cached_input: float | None = None
-
-    def cost(self, usage: Usage) -> float:
-        """The cost of one inference: cached input at the cached rate, the rest of the input at `input`."""
-        cached = max(0, min(usage.cached_tokens, usage.input_tokens))
-        fresh = usage.input_tokens - cached
-        cached_rate = self.input if self.cached_input is None else self.cached_input
-        return (fresh * self.input + cached * cached_rate + usage.output_tokens * self.output) / 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +223,7 @@ def _build(data: dict[str, Any], source: str) -> Catalog:
 
 @functools.cache
 def _shipped() -> dict[str, Any]:
-    text = resources.files("stead.providers").joinpath("catalog.yaml").read_text(encoding="utf-8")
-    return _read_yaml(text, "stead/providers/catalog.yaml")
+    return _read_yaml(shipped_catalog_text(), "stead/providers/catalog.yaml")
 
 
 @functools.cache
@@ -279,9 +258,10 @@ def parse_model(spec: str, catalog: Catalog | None = None) -> Route:
         vendor = catalog.vendors[prefix]
         text = rest
     elif colon and prefix in DRIVER_KINDS:
-        kind = next(k for k in DRIVER_KINDS if k == prefix)
-        default_env = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}.get(kind)
-        vendor = Vendor(name=kind, driver=kind, key_env=default_env, key_required=kind != "openai-compatible")
+        kind = DRIVERS[prefix]
+        vendor = Vendor(
+            name=kind.kind, driver=kind.kind, key_env=kind.key_env, key_required=kind.key_required
+        )
         text = rest
     model, at, url = text.partition("@")
     model, url = model.strip(), url.strip()
@@ -293,6 +273,12 @@ def parse_model(spec: str, catalog: Catalog | None = None) -> Route:
         raise ConfigurationError(f"{spec!r}: no model name")
     info = catalog.models.get(model)
     if vendor is None:
+        if info is None and colon and prefix:
+            known = ", ".join(sorted({*catalog.vendors, *DRIVER_KINDS}))
+            raise ConfigurationError(
+                f"unknown vendor {prefix!r} in {spec!r} (known vendors: {known}); a model name that "
+                "contains ':' needs its vendor first, e.g. ollama:qwen2.5:7b"
+            )
         if info is None:
             raise ConfigurationError(
                 f"unknown model {model!r}: not in the catalog (write vendor:model, e.g. openai:{model}, "
@@ -327,25 +313,17 @@ def parse_model(spec: str, catalog: Catalog | None = None) -> Route:
 def model_name(spec: str, catalog: Catalog | None = None) -> str:
     """The name to send on the wire for a model string: `openai:gpt-4.1-mini` -> `gpt-4.1-mini`,
     `ollama:llama3.2:3b@http://host/v1` -> `llama3.2:3b`; anything else is returned unchanged."""
-    prefix, colon, rest = spec.partition(":")
-    if not colon:
-        return spec
-    catalog = catalog if catalog is not None else load_catalog()
-    if prefix not in catalog.vendors and prefix not in DRIVER_KINDS:
-        return spec
-    return rest.partition("@")[0].strip() or spec
+    if catalog is None:
+        return wire_model(spec)
+    return wire_model(spec, {*catalog.vendors, *DRIVER_KINDS})
 
 
-@functools.cache
-def _installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
-
-
-def _unusable(route: Route, env: Mapping[str, str]) -> str | None:
-    """Why a route cannot be used in this environment, or None when it can."""
-    package = _DRIVER_PACKAGE[route.driver]
-    if not _installed(package):
-        return f"the {route.driver} driver needs the '{package}' package: pip install 'stead[{package}]'"
+def unusable(route: Route, env: Mapping[str, str]) -> str | None:
+    """Why a route cannot be used in this environment (its driver's package is missing, its key is not
+    set), or None when it can."""
+    missing = DRIVERS[route.driver].missing()
+    if missing is not None:
+        return missing
     if route.key_required and route.key_env and not env.get(route.key_env):
         return f"no API key for {route.vendor}: set {route.key_env}"
     return None
@@ -379,7 +357,7 @@ def resolve(
         except ConfigurationError as exc:
             failures.append(f"  - {spec}: {exc}")
             continue
-        why = _unusable(route, env)
+        why = unusable(route, env)
         if why is None:
             return route
         failures.append(f"  - {spec}: {why}")
@@ -428,39 +406,19 @@ def compatible(a: Route | None, b: Route | None) -> bool:
 def make_provider(
     route: Route, env: Mapping[str, str] | None = None, *, timeout: float | None = None
 ) -> Provider:
-    """Build the driver for a route: its key from `env` (default `os.environ`), its base URL and prices.
+    """Build the driver for a route (through the driver registry): its key from `env` (default
+    `os.environ`), its base URL and prices.
 
     The provider is bound to `route.model`, which it sends whatever `ProviderRequest.model` says.
     """
     env = os.environ if env is None else env
     api_key = env.get(route.key_env) if route.key_env else None
-    extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    try:
-        if route.driver == "anthropic":
-            from stead.providers.anthropic import AnthropicProvider
-
-            return AnthropicProvider(
-                api_key=api_key or None,
-                base_url=route.base_url,
-                model=route.model,
-                prices=route.prices,
-                key_env=route.key_env,
-                name=route.vendor,
-                **extra,
-            )
-        from stead.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(
-            api_key=api_key or None,
-            base_url=route.base_url,
-            name=route.vendor,
-            model=route.model,
-            prices=route.prices,
-            key_env=route.key_env,
-            **extra,
-        )
-    except ImportError as exc:
-        package = _DRIVER_PACKAGE[route.driver]
-        raise ConfigurationError(
-            f"the {route.driver} driver needs the '{package}' package: pip install 'stead[{package}]'"
-        ) from exc
+    return DRIVERS[route.driver].build(
+        model=route.model,
+        name=route.vendor,
+        api_key=api_key or None,
+        base_url=route.base_url,
+        key_env=route.key_env,
+        prices=route.prices,
+        timeout=timeout,
+    )

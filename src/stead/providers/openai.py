@@ -27,6 +27,8 @@ from stead.messages import Reasoning, Text, ToolCall, Usage
 from stead.providers import _errors
 from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_openai_messages, to_openai_tools
+from stead.providers._naming import wire_model
+from stead.providers._pricing import Prices
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -37,7 +39,6 @@ from stead.providers.base import (
     TextDelta,
     UsageEvent,
 )
-from stead.providers.catalog import Prices, model_name
 
 __all__ = ["OpenAIProvider"]
 
@@ -104,13 +105,13 @@ class OpenAIProvider:
         await self._clients.aclose()
 
     def _error(self, exc: BaseException) -> ProviderError | None:
-        return _errors.from_exception(self.name, exc, openai, key_env=self._key_env)
+        return _errors.from_exception(self.name, exc, openai, key_env=self._key_env, base_url=self.base_url)
 
     def _body(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
         """The SDK arguments, and the fields sent through `extra_body` (newer API fields and options)."""
         extra: dict[str, Any] = {}
         body: dict[str, Any] = {
-            "model": self.model or model_name(request.model),
+            "model": self.model or wire_model(request.model),
             "messages": to_openai_messages(request.instructions, request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},

@@ -5,8 +5,9 @@
 message (its id is the delegation id, so it is an idempotency key): all of it or nothing. A repeated call id
 finds the row and starts nothing. The tool's output is `{"status": "started", "delegation_id": ...}`.
 
-`watch` waits for the child's run to settle — in this process or, after a crash, in the next owner of the
-store, which restores the child like any agent that owes work — then records the result on the row (once:
+`watch` waits for the child's run to settle (`agent.run` with the delegation's message id: nothing is sent
+again) — in this process or, after a crash, in the next owner of the store, which restores the child like
+any agent that owes work — then records the result on the row (once:
 `WHERE status = 'running'`) and on the step, in one transaction, and hands it to the session to speak. A
 process that stops running the child (closing, draining) records nothing: the next session adopts the row
 and watches again.
@@ -25,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from stead._ids import new_id
 from stead.agent import Agent
-from stead.errors import ConfigurationError, SteadError
+from stead.core.outcome import Outcome
+from stead.errors import Closed, ConfigurationError, RunNotFound, SteadError
 from stead.extend import record_step, update_step
-from stead.messages import Text
 from stead.realtime._store import DELEGATION_COLS
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ log = logging.getLogger("stead.realtime")
 STARTED_NOTE = "Working on it; you will get the result. Do not invent it."
 CANCELLED_NOTE = "CANCELLED: this task was cancelled before it returned a result."
 X_DELEGATION = "stead.realtime.delegation"  # AgentConfig.extra of a child: its delegation id
-_FAILED_NOTE = "The last turn failed: "
 
 
 @dataclass
@@ -210,7 +210,7 @@ class Broker:
     async def watch(self, d: Delegation) -> Delegation | None:
         """Wait for the child's result and record it; None when this process stopped running the child."""
         child = await self.system.get(d.child_agent_id, resume=True)
-        outcome = await _outcome(child, d.message_id)
+        outcome = await _outcome(child, d)
         if outcome is None:
             return None
         status, text = outcome
@@ -271,29 +271,20 @@ class Broker:
         return bool(changed)
 
 
-async def _outcome(child: Agent, message_id: str) -> tuple[str, str] | None:
-    """(status, text) of the run that answered `message_id`, once the child settled; None when this process
-    stopped running the child before it settled."""
-    await child.wait_idle()
-    if child.active:
+async def _outcome(child: Agent, d: Delegation) -> tuple[str, str] | None:
+    """(status, text) of the run that consumed the delegation's message, once it settled — `agent.run`
+    with the same message id sends nothing again and returns that run's result, in any process after any
+    crash; None when this process stopped running the child before it settled."""
+    try:
+        result = await child.run(d.request, id=d.message_id)
+    except Closed:
         return None
-    history = await child.history()
-    start = next((i for i, m in enumerate(history) if m.id == message_id), None)
-    if start is None:
-        return "failed", "the agent never received the request"
-    answer: str | None = None
-    failure: str | None = None
-    for m in history[start + 1 :]:
-        if m.role == "assistant":
-            text = "".join(b.text for b in m.content if isinstance(b, Text)).strip()
-            if text:
-                answer, failure = text, None
-        elif m.role == "system":
-            note = "".join(b.text for b in m.content if isinstance(b, Text))
-            if note.startswith(_FAILED_NOTE):
-                failure = note[len(_FAILED_NOTE) :]
-    if failure is not None:
-        return "failed", failure
-    if answer is None:
-        return "failed", "the agent finished without an answer"
-    return "completed", answer
+    except RunNotFound as e:
+        return "failed", str(e)
+    if result.outcome is Outcome.COMPLETED:
+        if not result.text.strip():
+            return "failed", "the agent finished without an answer"
+        return "completed", result.text
+    if result.outcome is Outcome.CANCELLED:
+        return "cancelled", CANCELLED_NOTE
+    return "failed", result.error or "the agent's run failed"

@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stead._ids import new_id
-from stead._plugin import Migrations, Plugin
 from stead.definitions import AgentDefinition, Registry, load_registry, render_instructions
 from stead.errors import ConfigurationError, InvalidInput
-from stead.extend import end_run, record_run, record_step
+from stead.extend import Migrations, Plugin, end_run, record_run, record_step
 from stead.orchestration import Orchestrator, orchestrator_of
 from stead.realtime._broker import Broker, Delegation
 from stead.realtime._clock import Clock, SystemClock

@@ -22,12 +22,19 @@ def dialect_of(url: str) -> str:
 
 
 async def open_store(
-    url: str, *, faults: Faults | None = None, migrations: Mapping[str, Sequence[str]] | None = None
+    url: str,
+    *,
+    faults: Faults | None = None,
+    migrations: Mapping[str, Sequence[str]] | None = None,
+    readonly: bool = False,
 ) -> SqliteStore:
     """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`), applying the kernel's
-    migrations and those of each higher-layer module in `migrations` (name → ordered SQL scripts)."""
+    migrations and those of each higher-layer module in `migrations` (name → ordered SQL scripts).
+
+    `readonly=True` opens it for inspection: no ownership lock, no creation, no migration, every write
+    refused (`stead.errors.ReadOnly`), each transaction a fresh read snapshot."""
     if url.startswith("sqlite:"):
-        return await SqliteStore.open(url, faults=faults, migrations=migrations)
+        return await SqliteStore.open(url, faults=faults, migrations=migrations, readonly=readonly)
     if url.startswith(("postgresql:", "postgres:")):
         raise InvalidInput("PostgreSQL stores are not available yet in this version; use sqlite:///file.db")
     raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")

@@ -7,6 +7,17 @@ held from `BEGIN` to `COMMIT`, so reads inside a transaction never see another t
 
 Ownership is enforced by an exclusive `flock` on `<file>.lock`, taken before the database is opened and
 held by the kernel for the life of the open file descriptor: it dies with the process, even on `kill -9`.
+The owner writes its pid into the lock file, so a refused second owner can say who owns the store.
+
+A store opened with `readonly=True` is an inspector: it takes no lock (so it works while an owner runs),
+opens the file with SQLite's read-only mode (so it never creates, migrates or alters anything — a missing
+file, a file that is not a stead store and a store of a newer stead are refused with one line naming the
+file), refuses every write with `stead.errors.ReadOnly`, and runs every `transaction()` as one fresh read
+transaction: WAL gives it a consistent snapshot of everything committed when the transaction began, so
+any number of inspectors see every change the owner commits, one transaction later at most.
+
+Every way a file can fail to open (a directory, not a database, corrupted, read-only, locked) is a
+`StoreError` whose message is one line naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -16,7 +27,6 @@ import fcntl
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
@@ -25,30 +35,26 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from stead.errors import Closed, InvalidInput, SchemaTooNew, StoreCrashed, StoreError, StoreLocked
+from stead.errors import Closed, InvalidInput, ReadOnly, StoreCrashed, StoreError, StoreLocked
+from stead.store._sqlite_files import (
+    SCHEMA_VERSION,
+    check_foreign,
+    check_not_directory,
+    check_versions,
+    file_error,
+    lock_owner,
+    migrate,
+    not_stead,
+    tables,
+    unlink,
+    write_pid,
+)
 from stead.store.base import AgentRow
 from stead.store.faults import Faults
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
 
 log = logging.getLogger("stead.store")
-
-# Each entry migrates from version i to i+1. Append only; never edit a released migration.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE agents(
-        id TEXT PRIMARY KEY, name TEXT, config TEXT NOT NULL, created_at REAL NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE kv(
-        agent_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(agent_id, key)
-    ) WITHOUT ROWID;
-    CREATE INDEX kv_pending ON kv(agent_id) WHERE key = 'pending';
-    CREATE TABLE history(
-        agent_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY(agent_id, seq)
-    ) WITHOUT ROWID;
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -73,10 +79,18 @@ class SqliteStore:
     """A `Store` over one SQLite file. Create with `await SqliteStore.open(url)`."""
 
     def __init__(
-        self, url: str, path: str, conn: sqlite3.Connection, lock_fd: int | None, faults: Faults | None
+        self,
+        url: str,
+        path: str,
+        conn: sqlite3.Connection,
+        lock_fd: int | None,
+        faults: Faults | None,
+        *,
+        readonly: bool = False,
     ) -> None:
         self.url = url
         self.path = path
+        self.readonly = readonly
         self._conn: sqlite3.Connection | None = conn
         self._lock_fd = lock_fd
         self._faults = faults
@@ -93,42 +107,130 @@ class SqliteStore:
     # ---------------------------------------------------------------- opening / closing
     @classmethod
     async def open(
-        cls, url: str, *, faults: Faults | None = None, migrations: Mapping[str, Sequence[str]] | None = None
+        cls,
+        url: str,
+        *,
+        faults: Faults | None = None,
+        migrations: Mapping[str, Sequence[str]] | None = None,
+        readonly: bool = False,
     ) -> SqliteStore:
-        """Take the process lock, open the file in WAL mode, migrate the schema.
+        """Take the process lock, open the file in WAL mode, migrate the schema (`readonly=True`: none of
+        that — see `open_readonly`).
 
-        Raises `StoreLocked` at once when another process (or another open store) owns the file, and
-        `SchemaTooNew` when the file was written by a newer stead."""
+        Raises `StoreLocked` at once when another process (or another open store) owns the file,
+        `SchemaTooNew` when the file was written by a newer stead, and `StoreError` naming the file when it
+        cannot be opened or is not a stead store."""
         path, options = parse_sqlite_url(url)
+        if readonly:
+            return cls._open_readonly(url, path, faults, migrations)
+        return cls._open_owner(url, path, options, faults, migrations)
+
+    @classmethod
+    def _open_owner(
+        cls,
+        url: str,
+        path: str,
+        options: Mapping[str, str],
+        faults: Faults | None,
+        migrations: Mapping[str, Sequence[str]] | None,
+    ) -> SqliteStore:
+        """Lock, open, migrate. Local file operations of microseconds: run on the loop thread."""
         sync = options.get("synchronous", "full").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise InvalidInput(f"synchronous must be normal or full, not {sync.lower()!r}")
         lock_fd: int | None = None
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            check_not_directory(path)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(
+                    f"cannot create the directory of {path}: {e.strerror or e} ({Path(path).parent})"
+                ) from None
+            new_lock = not os.path.exists(path + ".lock")
+            try:
+                lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(
+                    f"cannot open {path} for writing: its lock file {path}.lock cannot be created "
+                    f"({e.strerror or e}); a read-only store can still be inspected with readonly=True"
+                ) from None
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(lock_fd)
+                owner = lock_owner(path)
                 raise StoreLocked(
-                    f"{path} is owned by another process (lock {path}.lock is held); "
-                    "one process owns a SQLite store at a time — use PostgreSQL for several workers"
+                    f"{path} is owned by another process ({owner}lock {path}.lock is held); one process owns "
+                    "a SQLite store at a time — inspect it meanwhile with stead.open(url, readonly=True) "
+                    "(or `stead agents`, `stead history`, `stead runs`)"
                 ) from None
+            write_pid(lock_fd)
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={sync}")
-            conn.execute("PRAGMA foreign_keys=OFF")
-            conn.execute("PRAGMA busy_timeout=0")
-            _migrate(conn, path, migrations)
-        except BaseException:
+            try:
+                check_foreign(conn, path)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={sync}")
+                conn.execute("PRAGMA foreign_keys=OFF")
+                conn.execute("PRAGMA busy_timeout=0")
+                migrate(conn, path, migrations)
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException as e:
             if lock_fd is not None:
+                if new_lock:  # leave nothing behind next to a file that is not ours
+                    unlink(path + ".lock")
                 os.close(lock_fd)
+            if isinstance(e, sqlite3.Error):
+                raise file_error(path, e) from None
             raise
         store = cls(url, path, conn, lock_fd, faults)
         store.modules = frozenset(migrations or {})
         return store
+
+    @classmethod
+    def _open_readonly(
+        cls, url: str, path: str, faults: Faults | None, migrations: Mapping[str, Sequence[str]] | None
+    ) -> SqliteStore:
+        """Open for inspection: no lock, SQLite read-only mode, no migration; refuse what is not a stead
+        store of this version (or older in a module only: its tables may be missing and then read as
+        errors naming the file)."""
+        if path == ":memory:":
+            raise InvalidInput("an in-memory store (sqlite:///:memory:) cannot be opened read-only")
+        check_not_directory(path)
+        file = Path(path)
+        if not file.exists():
+            raise StoreError(f"{path}: no such database file (opening read-only never creates one)")
+        uri = file.resolve().as_uri() + "?mode=ro"
+        try:
+            try:
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:
+                if Path(path + "-wal").exists():
+                    raise
+                # a read-only directory where SQLite cannot create its -shm file: with no WAL to read,
+                # the file alone is the database (no owner runs: an owner keeps a WAL file)
+                conn = sqlite3.connect(
+                    file.resolve().as_uri() + "?mode=ro&immutable=1",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            try:
+                conn.execute("PRAGMA busy_timeout=5000")
+                found = tables(conn)
+                if "stead_meta" not in found:
+                    raise StoreError(not_stead(path, found))
+                check_versions(conn, path, migrations)
+            except BaseException:
+                conn.close()
+                raise
+        except sqlite3.Error as e:
+            raise file_error(path, e) from None
+        return cls(url, path, conn, None, faults, readonly=True)
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -211,6 +313,14 @@ class _TxContext:
                 else Closed("the store is closed")
             )
         tx = _SqliteTx(store, conn)
+        if store.readonly:
+            # one read transaction: a consistent snapshot of what the owner had committed at this point
+            try:
+                conn.execute("BEGIN")
+                tx.began = True
+            except sqlite3.Error as e:
+                store._write_lock.release()
+                raise file_error(store.path, e) from None
         self._tx = tx
         self._token = _current.set(tx)
         return tx
@@ -316,8 +426,22 @@ class _SqliteTx:
             raise StoreError("this transaction has ended")
         return self.store._op(name)
 
+    def _r(self, name: str, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run a read; SQLite failures (a corrupted page, a table an old store lacks) are `StoreError`s
+        naming the file."""
+        conn = self._c(name)
+        try:
+            return conn.execute(sql, tuple(params))
+        except sqlite3.Error as e:
+            raise file_error(self.store.path, e) from None
+
     def _w(self, name: str) -> sqlite3.Connection:
         """A write: the first one opens the SQLite transaction (lazy BEGIN)."""
+        if self.store.readonly:
+            raise ReadOnly(
+                f"{self.store.path} was opened with readonly=True: it can be read, not written "
+                "(open it without readonly=True in the process that owns it)"
+            )
         conn = self._c(name)
         if not self.began:
             try:
@@ -335,32 +459,22 @@ class _SqliteTx:
 
     # -- KV
     async def get(self, agent_id: str, key: str) -> str | None:
-        row = (
-            self._c("get")
-            .execute("SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key))
-            .fetchone()
-        )
+        row = self._r("get", "SELECT value FROM kv WHERE agent_id=? AND key=?", (agent_id, key)).fetchone()
         return None if row is None else str(row[0])
 
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
-        return (
-            self._c("read_prefix")
-            .execute(
-                "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
-                (agent_id, prefix, prefix + "\U0010ffff"),
-            )
-            .fetchall()
-        )
+        return self._r(
+            "read_prefix",
+            "SELECT key, value FROM kv WHERE agent_id=? AND key>=? AND key<? ORDER BY key",
+            (agent_id, prefix, prefix + "\U0010ffff"),
+        ).fetchall()
 
     async def last_key(self, agent_id: str, prefix: str) -> str | None:
-        row = (
-            self._c("last_key")
-            .execute(
-                "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
-                (agent_id, prefix, prefix + "\U0010ffff"),
-            )
-            .fetchone()
-        )
+        row = self._r(
+            "last_key",
+            "SELECT max(key) FROM kv WHERE agent_id=? AND key>=? AND key<?",
+            (agent_id, prefix, prefix + "\U0010ffff"),
+        ).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
     async def write(self, agent_id: str, key: str, value: str) -> None:
@@ -399,11 +513,9 @@ class _SqliteTx:
         self._seq[agent_id] = seq
 
     async def load(self, agent_id: str) -> list[str]:
-        rows = (
-            self._c("load")
-            .execute("SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,))
-            .fetchall()
-        )
+        rows = self._r(
+            "load", "SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,)
+        ).fetchall()
         return [r[0] for r in rows]
 
     async def clear(self, agent_id: str) -> None:
@@ -419,22 +531,17 @@ class _SqliteTx:
         return cur.rowcount == 1
 
     async def get_agent(self, agent_id: str) -> AgentRow | None:
-        r = (
-            self._c("get_agent")
-            .execute("SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,))
-            .fetchone()
-        )
+        r = self._r(
+            "get_agent", "SELECT id, name, config, created_at FROM agents WHERE id=?", (agent_id,)
+        ).fetchone()
         return None if r is None else AgentRow(r[0], r[1], r[2], r[3])
 
     async def list_agents(self) -> list[tuple[AgentRow, bool]]:
-        rows = (
-            self._c("list_agents")
-            .execute(
-                "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
-                "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id"
-            )
-            .fetchall()
-        )
+        rows = self._r(
+            "list_agents",
+            "SELECT a.id, a.name, a.config, a.created_at, k.agent_id IS NOT NULL FROM agents a "
+            "LEFT JOIN kv k ON k.agent_id = a.id AND k.key = 'pending' ORDER BY a.created_at, a.id",
+        ).fetchall()
         return [(AgentRow(r[0], r[1], r[2], r[3]), bool(r[4])) for r in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
@@ -445,14 +552,11 @@ class _SqliteTx:
         return conn.execute("DELETE FROM agents WHERE id=?", (agent_id,)).rowcount == 1
 
     async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:
-        rows = (
-            self._c("agents_owing_work")
-            .execute(
-                "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
-                "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'"
-            )
-            .fetchall()
-        )
+        rows = self._r(
+            "agents_owing_work",
+            "SELECT a.id, a.name, a.config, a.created_at, k.value FROM kv k INDEXED BY kv_pending "
+            "JOIN agents a ON a.id = k.agent_id WHERE k.key = 'pending'",
+        ).fetchall()
         return [(AgentRow(r[0], r[1], r[2], r[3]), r[4]) for r in rows]
 
     # -- relational
@@ -460,42 +564,4 @@ class _SqliteTx:
         return self._w("execute").execute(sql, tuple(params)).rowcount
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._c("fetch").execute(sql, tuple(params)).fetchall()
-
-
-def _migrate(conn: sqlite3.Connection, path: str, modules: Mapping[str, Sequence[str]] | None = None) -> None:
-    """Bring the schema to `SCHEMA_VERSION` (the kernel's tables), then each higher layer's module to the
-    length of its migration list. Each migration commits atomically with its version bump; a version newer
-    than the code refuses to open (`SchemaTooNew`)."""
-    conn.execute("CREATE TABLE IF NOT EXISTS stead_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    _migrate_module(conn, path, "schema_version", MIGRATIONS)
-    for module, migrations in (modules or {}).items():
-        if not module.isidentifier():
-            raise InvalidInput(f"migration module name {module!r} must be an identifier")
-        _migrate_module(conn, path, f"schema_version:{module}", list(migrations))
-
-
-def _migrate_module(conn: sqlite3.Connection, path: str, key: str, migrations: Sequence[str]) -> None:
-    row = conn.execute("SELECT value FROM stead_meta WHERE key=?", (key,)).fetchone()
-    version = int(row[0]) if row else 0
-    if version > len(migrations):
-        conn.close()
-        what = "this stead's" if key == "schema_version" else f"module {key.split(':', 1)[1]!r}'s"
-        raise SchemaTooNew(
-            f"{path} has schema version {version}, newer than {what} {len(migrations)}; upgrade stead"
-        )
-    while version < len(migrations):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in migrations[version].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            version += 1
-            conn.execute("INSERT OR REPLACE INTO stead_meta(key, value) VALUES(?, ?)", (key, str(version)))
-            conn.execute(
-                "INSERT OR IGNORE INTO stead_meta(key, value) VALUES('created_at', ?)", (str(time.time()),)
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        return self._r("fetch", sql, params).fetchall()

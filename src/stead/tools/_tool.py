@@ -11,6 +11,10 @@ Flags (T5):
 - `durable=True`: an unfinished call may run again after a crash, with the same call id.
 - `transactional=True`: the function runs inside the transaction that commits its result; its writes
   through `ctx.tx` / `ctx.kv` commit together with the result or not at all.
+
+`max_result_chars=N`: a result longer than N characters is cut in the conversation (with a marker saying
+how much was cut); the run record's tool step keeps the full output. Default: the agent's
+`max_tool_result_chars` (100,000).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class Tool:
     durable: bool = False
     transactional: bool = False
     reconcile_fn: ReconcileFn | None = None
+    max_result_chars: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form facts for higher layers (e.g. `stead.step_type`: how run records type its steps)."""
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
@@ -139,6 +144,7 @@ def tool(
     description: str | None = None,
     durable: bool = False,
     transactional: bool = False,
+    max_result_chars: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -150,13 +156,19 @@ def tool(
     description: str | None = None,
     durable: bool = False,
     transactional: bool = False,
+    max_result_chars: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool from a function: `@stead.tool` or `@stead.tool(durable=True)`.
 
     A parameter annotated `stead.ToolContext` receives the call's context (call id, call-bound KV, ...)."""
 
     def build(f: Callable[..., Any]) -> Tool:
-        return _build(f, name=name, description=description, durable=durable, transactional=transactional)
+        t = _build(f, name=name, description=description, durable=durable, transactional=transactional)
+        if max_result_chars is not None:
+            if isinstance(max_result_chars, bool) or max_result_chars < 1:
+                raise ConfigurationError(f"tool {t.name!r}: max_result_chars must be a positive integer")
+            t.max_result_chars = max_result_chars
+        return t
 
     if fn is not None:
         return build(fn)
@@ -188,8 +200,10 @@ def _build(
             raise ConfigurationError(f"tool {tool_name!r}: *args/**kwargs parameters are not supported")
         default = param.default if param.default is not param.empty else ...
         fields[pname] = (annotation, pydantic.Field(default, description=arg_docs.get(pname)))
-    model = pydantic.create_model(f"{tool_name}_arguments", **fields)
-    schema = model.model_json_schema()
+    try:
+        model, schema = _schema(tool_name, fields)
+    except Exception as e:
+        raise ConfigurationError(_schema_problem(tool_name, fields, e)) from None
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         if isinstance(prop, dict):
@@ -205,6 +219,34 @@ def _build(
         _ctx_param=ctx_param,
         _is_async=inspect.iscoroutinefunction(fn),
     )
+
+
+def _schema(tool_name: str, fields: dict[str, Any]) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    model = pydantic.create_model(f"{tool_name}_arguments", **fields)
+    return model, model.model_json_schema()
+
+
+def _type_name(annotation: Any) -> str:
+    name = getattr(annotation, "__qualname__", None)
+    if isinstance(name, str) and not getattr(annotation, "__args__", None):
+        return name
+    return repr(annotation)
+
+
+def _schema_problem(tool_name: str, fields: dict[str, Any], error: Exception) -> str:
+    """Which parameter's type cannot become a JSON schema (found by trying them one at a time), in one
+    line — instead of pydantic's page-long explanation, when the tool is defined (so at load time)."""
+    for pname, spec in fields.items():
+        try:
+            _schema(tool_name, {pname: spec})
+        except Exception:
+            return (
+                f"tool {tool_name!r}: parameter {pname!r} has type {_type_name(spec[0])}, which cannot be "
+                "turned into a JSON schema for the model; use str, int, float, bool, lists, dicts, a "
+                "pydantic model, a dataclass or a TypedDict"
+            )
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"tool {tool_name!r}: its parameters cannot be turned into a JSON schema: {first}"
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters):\s*$", re.MULTILINE)

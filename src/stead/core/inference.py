@@ -1,0 +1,204 @@
+"""One inference turn: build the provider request, stream the response, hold its blocks, retry what may be
+retried, and end it — with a tool batch (`stead.core.batch`), a final answer (`stead.core.response`), or a
+failure note (C6).
+
+The request's context is the committed conversation plus the staged input (R4: a restarted process
+builds the same context from the store). Deltas go to observers live; completed blocks are held and
+committed at the next block boundary (S1). A retryable provider error or a stream that ends without a
+terminal event keeps the completed blocks, drops the half-streamed one (`block_reset`, S3) and raises
+`Retry` for the loop to sleep and run the stage again; the retry budget resets only on a complete response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from stead._ids import new_id
+from stead.core.batch import dispatch, run_batch
+from stead.core.consume import apply_settings
+from stead.core.events import BlockReset
+from stead.core.records import Pending, Queued
+from stead.core.response import commit_end, commit_held, commit_partial, fail
+from stead.core.state import AgentState, Turn
+from stead.errors import ProviderError, StoreError
+from stead.messages import Message, Text, ToolCall, decode_block
+from stead.providers.base import (
+    BlockEnd,
+    Done,
+    Provider,
+    ProviderRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolSpec,
+    UsageEvent,
+)
+
+__all__ = ["Retry", "find_provider", "inference", "owes_fresh_inference"]
+
+log = logging.getLogger("stead.core")
+
+
+class Retry(Exception):
+    """Stop this stage and run the stage again after `delay` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+
+def owes_fresh_inference(st: AgentState, pending: Pending) -> str:
+    """R2: reuse the pending inference id unless its response already produced a durable block."""
+    inf = pending.inference_id
+    if inf is None:
+        return new_id()
+    for rec in reversed(st.records or []):
+        kind = rec.get("k")
+        if kind == "b" and rec.get("i") == inf:
+            return new_id()
+        if kind not in ("b", "t"):
+            break
+    return inf
+
+
+def find_provider(st: AgentState, settings: dict[str, Any]) -> Provider | None:
+    provider = st.env.providers.get(str(settings.get("provider")))
+    if provider is None and st.env.resolve_provider is not None:
+        provider = st.env.resolve_provider(settings)
+    return provider
+
+
+async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> bool:
+    """Run one inference turn consuming `take`. Returns whether the loop goes on."""
+    inf_id = owes_fresh_inference(st, pending)
+    settings, reset = apply_settings(st, take)
+    turn = Turn(inf_id, pending, take, settings=settings, reset=reset, started_at=time.time())
+    st.turn = turn
+    hooks = st.hooks
+    if (reset and hooks.wants("model_changed")) or hooks.wants("before_inference"):
+        ctx = st.hook_ctx(None, pending, inference_id=inf_id)
+        ctx.settings = dict(settings)
+        if reset:
+            # K2: the hook may open the reset conversation with a handoff message (a decision, made
+            # before the request so the live and the reloaded context are the same, R4)
+            turn.handoff = await hooks.model_changed(ctx, dict(st.settings), dict(settings))
+        refusal = await hooks.before_inference(ctx)
+        if refusal is not None:
+            return await fail(st, turn, refusal, end_run=True)
+    try:
+        provider = _provider(st, settings)
+        request = _request(st, turn, settings)
+        reason, error = await _stream(st, turn, provider, request)
+    except ProviderError as e:
+        if e.retryable and st.attempt + 1 < st.env.retry.max_attempts:
+            st.attempt += 1
+            await commit_partial(st, turn)
+            if turn.partial and st.listening:
+                st.emit(BlockReset())  # S3: the half-streamed block observers saw is dropped
+            raise Retry(st.env.retry.delay(st.attempt, e.retry_after)) from e
+        if turn.partial and st.listening:
+            st.emit(BlockReset())
+        return await fail(st, turn, str(e))
+    except (asyncio.CancelledError, StoreError, Retry):
+        raise
+    except Exception as e:
+        log.warning("agent %s: turn failed: %r", st.id, e)
+        return await fail(st, turn, f"{type(e).__name__}: {e}")
+    if reason is None:
+        # S3: the stream ended without a terminal event
+        await commit_partial(st, turn)
+        if turn.partial and st.listening:
+            st.emit(BlockReset())
+        if st.attempt + 1 < st.env.retry.max_attempts:
+            st.attempt += 1
+            raise Retry(st.env.retry.delay(st.attempt))
+        return await fail(st, turn, "the model's response ended before it was complete")
+    st.attempt = 0  # only a complete response resets the retry budget
+    if reason in ("error", "cancelled"):
+        return await fail(st, turn, error or f"the model's response ended with {reason!r}")
+    return await _finish(st, turn, reason)
+
+
+async def _finish(st: AgentState, turn: Turn, reason: str) -> bool:
+    if turn.calls:
+        batch = await dispatch(st, turn, reason)
+        # The batch is part of this turn, whose durable state was read at its start and has been
+        # written by this task since: run it now instead of re-reading what was just committed.
+        await run_batch(st, turn.pending, batch)
+        return True
+    return await commit_end(st, turn, results=[], note=None, settle=True, owe=False, reason=reason)
+
+
+def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
+    provider = find_provider(st, settings)
+    if provider is None:
+        raise ProviderError(f"no provider named {settings.get('provider')!r} is registered", retryable=False)
+    return provider
+
+
+def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRequest:
+    staged = [
+        Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata) for q in turn.take
+    ]
+    history = st.messages() if not turn.reset else []
+    if turn.reset and turn.handoff is not None:
+        history = [Message("system", [Text(turn.handoff)])]
+    specs = []
+    tools = st.env.tools
+    for name in st.offered_tools(turn.pending):
+        t = tools.get(name)
+        if t is not None:
+            specs.append(ToolSpec(t.name, t.description, t.parameters))
+    return ProviderRequest(
+        model=str(settings.get("model", st.config.model)),
+        instructions=st.config.instructions,
+        messages=history + staged if staged else list(history),
+        tools=specs,
+        agent_id=st.id,
+        inference_id=turn.inference_id,
+        effort=settings.get("effort"),
+    )
+
+
+async def _stream(
+    st: AgentState, turn: Turn, provider: Provider, request: ProviderRequest
+) -> tuple[str | None, str | None]:
+    """Stream one response. Completed blocks are held and committed at the next block boundary or at
+    the end (S1); deltas go to observers live."""
+    seen_ids: set[str] = set()
+    turn.streaming = True
+    reason: str | None = None
+    error: str | None = None
+    async for ev in provider.stream(request):
+        if isinstance(ev, TextDelta | ReasoningDelta):
+            if turn.first_token_at is None:
+                turn.first_token_at = time.time()
+            if not turn.partial and turn.held and not turn.calls:
+                await commit_held(st, turn)
+            turn.partial = True
+            if st.listening:
+                st.emit(ev)
+        elif isinstance(ev, BlockEnd):
+            turn.partial = False
+            block = ev.block
+            if isinstance(block, ToolCall):
+                cid = block.id or new_id()
+                if cid in seen_ids:
+                    log.warning("agent %s: duplicate tool call id %s dropped", st.id, cid)
+                    continue
+                seen_ids.add(cid)
+                block = ToolCall(block.name, block.arguments, cid)
+                turn.calls.append(block)
+            if turn.first_token_at is None:
+                turn.first_token_at = time.time()
+            turn.held.append(block)
+        elif isinstance(ev, UsageEvent):
+            turn.usage = ev.usage
+            if st.listening:
+                st.emit(ev)
+        elif isinstance(ev, Done):
+            reason, error = ev.reason, ev.error
+            break
+    turn.streaming = False
+    return reason, error

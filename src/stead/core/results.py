@@ -1,0 +1,100 @@
+"""Run results from the durable record: which run consumed a message, and how that run ended.
+
+The kernel owns the link message → run → outcome, in the agent's own history (no plugin needed): a
+consumed-input record carries the id of the run that consumed it (`"run"`), and settlement appends one
+end-of-run record (`{"k":"e","run":…,"o":outcome,"x":error}`) in the settling transaction. A run's records
+are those after the previous run's end record up to its own, so its result — final text, messages, summed
+usage, outcome — is computed from committed records alone, the same in any process after any crash
+(`agent.run` uses this).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from stead.core.outcome import Outcome
+from stead.core.records import build_messages
+from stead.messages import Message, Usage
+from stead.store.base import Tx
+
+__all__ = ["RunResult", "RunState", "read_run_state", "run_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """The result of one settled run (`agent.run(...)`)."""
+
+    run_id: str
+    outcome: Outcome
+    text: str
+    """The final assistant text (the text of the run's last assistant message; empty if it had none)."""
+    messages: list[Message]
+    """The run's messages, from its first consumed input to its last record."""
+    usage: Usage
+    """Token usage summed over the run's responses (`cost` is None when no response had a price)."""
+    error: str | None = None
+    """Why the run did not complete (None when it did)."""
+    message_id: str | None = None
+    """The message this result was asked for."""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Where a consumed message stands: its run is still working (`result` None) or settled. `run_id` is
+    None only for a message consumed before runs were linked to their input."""
+
+    run_id: str | None
+    result: RunResult | None
+
+
+def _usage(messages: list[Message]) -> Usage:
+    inp = out = cached = 0
+    cost: float | None = None
+    for m in messages:
+        u = m.usage
+        if u is None:
+            continue
+        inp += u.input_tokens
+        out += u.output_tokens
+        cached += u.cached_tokens
+        if u.cost is not None:
+            cost = (cost or 0.0) + u.cost
+    return Usage(inp, out, cached, cost)
+
+
+def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None:
+    """From an agent's history records: the run that consumed `message_id` and its result if it settled;
+    None when no record of the message is in the history (still queued, or removed by a reset)."""
+    start = 0
+    consumed = False
+    run_id: str | None = None
+    for i, rec in enumerate(records):
+        kind = rec.get("k")
+        if kind == "e":
+            if consumed and (run_id is None or rec.get("run") == run_id):
+                end_run = str(rec.get("run"))
+                messages = build_messages(records[start:i])
+                text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
+                outcome = Outcome(str(rec.get("o", Outcome.COMPLETED.value)))
+                result = RunResult(
+                    end_run, outcome, text, messages, _usage(messages), rec.get("x"), message_id
+                )
+                return RunState(end_run, result)
+            start = i + 1
+        elif kind == "u" and not consumed and rec.get("id") == message_id:
+            consumed = True
+            run_id = rec.get("run")
+    if not consumed:
+        return None
+    return RunState(run_id, None)
+
+
+async def read_run_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:
+    """`run_state` over the committed history of `agent_id`, read inside `tx`."""
+    return run_state([json.loads(r) for r in await tx.load(agent_id)], message_id)
