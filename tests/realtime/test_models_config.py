@@ -170,3 +170,14 @@ async def test_run_record_helpers_are_no_ops_with_records_off(db_url: str) -> No
         await record_run(tx, "r1", "a1")
         await update_step(tx, "r1", "s", status="completed")
         await end_run(tx, "r1")
+
+
+async def test_creating_a_realtime_definition_as_an_agent_points_at_system_realtime(
+    tmp_path: Path, db_url: str
+) -> None:
+    team = write_team(tmp_path / "team")
+    async with open_team(db_url, team) as system:
+        with pytest.raises(
+            ConfigurationError, match=r"open a session with system\.realtime\(definition='voice'\)"
+        ):
+            await system.create(definition="voice")
