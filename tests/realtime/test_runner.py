@@ -159,7 +159,9 @@ async def test_RT5_barge_in_cancels_and_aborts(team: Path, db_url: str) -> None:
         assert said.text == "You said stop."
         await session.close()
         runs = [r for r in await system.runs(limit=20) if r.agent_name == "worker"]
+        turns = await rows(system, "SELECT role, text, status FROM realtime_transcripts ORDER BY seq")
     assert [r.status for r in runs] == ["cancelled"]
+    assert ("assistant", "This is ", "complete") in turns  # the cut answer keeps what was said
 
 
 async def test_RT5_barge_in_keeps_delegations_when_configured(tmp_path: Path, db_url: str) -> None:

@@ -406,6 +406,8 @@ class RealtimeSession:
             else:
                 self._spawn(self._run_tool(ev))
         elif isinstance(ev, ResponseDone):
+            if ev.status != "completed":
+                self.transcripts.complete_open("assistant")  # what was said before the cut
             if ev.usage is not None:
                 self.usage.add(ev.usage, self.model)
             await self.sequencer.finished(ev)

@@ -2,7 +2,8 @@
 
 The first interim piece of a turn creates its row (`in_progress`, the text so far); later interims change
 nothing in the store (they would cost a write each); the final text completes the row (`complete`,
-`ended_at`) — or creates it complete when no interim came. Rows get `seq` in creation order, and one writer
+`ended_at`) — or creates it complete when no interim came; a cancelled response completes its open rows with
+the text said so far. Rows get `seq` in creation order, and one writer
 task serializes the writes, so the rows of each role keep their order. `drain()` waits (bounded) for the
 queued writes: a stop loses none.
 """
@@ -35,7 +36,7 @@ class TranscriptWriter:
         self.session_id = session_id
         self._seq = next_seq
         self._open: dict[tuple[str, str], _Open] = {}
-        self._queue: asyncio.Queue[Transcript | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Transcript | str | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
 
@@ -45,6 +46,10 @@ class TranscriptWriter:
     def put(self, t: Transcript) -> None:
         if t.text or t.final:
             self._queue.put_nowait(t)
+
+    def complete_open(self, role: str) -> None:
+        """Complete every open turn of `role` with its text so far (a response that was cancelled)."""
+        self._queue.put_nowait(role)
 
     async def drain(self, timeout: float = 5.0) -> None:
         """Write everything queued so far, then stop (at most `timeout` seconds)."""
@@ -63,6 +68,11 @@ class TranscriptWriter:
             if t is None:
                 return
             try:
+                if isinstance(t, str):
+                    for (role, item), row in list(self._open.items()):
+                        if role == t:
+                            await self._write(Transcript(role, item, row.text, True))  # type: ignore[arg-type]
+                    continue
                 await self._write(t)
             except Exception:
                 log.exception("writing a transcript turn failed (session %s)", self.session_id)
