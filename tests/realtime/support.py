@@ -45,6 +45,16 @@ async def work(task: str) -> str:
     return f"worked on {task}"
 
 
+@stead.tool
+def shout(text: str) -> str:
+    """Say it louder.
+
+    Args:
+        text: What to say.
+    """
+    return text.upper()
+
+
 class FakeClock:
     """`now()` moves only when the test says; `sleep()` wakes when the clock passes its deadline."""
 

@@ -157,3 +157,67 @@ async def test_RT2_reopening_a_session_by_id_continues_it(team: Path, db_url: st
         )
     assert [t[2] for t in turns] == ["hello", "You said hello.", "hello again", "You said hello again."]
     assert [t[0] for t in turns] == [1, 2, 3, 4]
+
+
+SCRIPT_WITH_TOOLS = """\
+scripted: true
+rules:
+  - when: {user_contains: "shout"}
+    responses:
+      - tool_call: {name: shout, arguments: {text: "{user}"}}
+      - text: "Done shouting."
+  - when: {user_contains: "both"}
+    responses:
+      - tool_calls:
+          - {name: invoke_target_agent, arguments: {request: "for the worker", agent: worker}}
+          - {name: invoke_target_agent, arguments: {request: "for the helper", agent: helper}}
+      - text: "Both started."
+  - responses:
+      - tool_call: {name: invoke_target_agent, arguments: {request: "x", agent: nobody}}
+      - text: "Hm."
+"""
+
+
+async def test_extra_tools_run_in_the_session_and_several_targets_are_chosen_by_name(
+    tmp_path: Path, db_url: str
+) -> None:
+    team = write_team(
+        tmp_path / "team",
+        voice={"target_agents": ["worker", "helper"], "tools": ["tests.realtime.support:shout"]},
+        script=SCRIPT_WITH_TOOLS,
+    )
+    (team / "helper.yaml").write_text((team / "worker.yaml").read_text().replace('"worker"', '"helper"'))
+    async with open_team(db_url, team) as system:
+        session = await system.realtime(definition="voice")
+        tools = {t.name: t for t in session.config.tools}
+        assert set(tools) == {"invoke_target_agent", "shout"}
+        assert tools["invoke_target_agent"].parameters["properties"]["agent"]["enum"] == ["worker", "helper"]
+        ev = Events(session)
+        await session.send_text("shout hello")
+        said = await ev.until(lambda e: e.type == "transcript" and e.final is True and e.role == "assistant")
+        assert said.text == "Done shouting."
+        assert (
+            "tool_output",
+            (next(e.call_id for e in ev.of("tool_call")), "SHOUT HELLO"),
+        ) in session.model.sent  # type: ignore[attr-defined]
+        await session.send_text("both please")
+        first = await ev.type("delegation_started")
+        second = await ev.type("delegation_started")
+        assert {(first.agent, first.text), (second.agent, second.text)} == {
+            ("worker", "for the worker"),
+            ("helper", "for the helper"),
+        }
+        await ev.until(lambda e: e.type == "transcript" and e.final is True and e.text == "Both started.")
+        await session.send_text("anything")
+        await ev.until(lambda e: e.type == "transcript" and e.final is True and e.text == "Hm.")
+        refused = [v for k, v in session.model.sent if k == "tool_output"][-1]  # type: ignore[attr-defined]
+        assert json.loads(refused[1]) == {
+            "status": "error",
+            "error": "unknown agent 'nobody'; choose one of worker, helper",
+        }
+        await session.close()
+        run = await system.run(session.run_id)
+    assert [(s.type, s.target, s.status) for s in run.steps if s.type == "tool"] == [
+        ("tool", "shout", "completed")
+    ]
+    assert sorted(c.agent_name or "" for c in run.children) == ["helper", "worker"]

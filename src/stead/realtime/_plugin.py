@@ -28,7 +28,7 @@ from stead.realtime._config import effective_settings
 from stead.realtime._models import ModelFactory, resolve_realtime
 from stead.realtime._protocol import SessionConfig
 from stead.realtime._session import INVOKE, RealtimeSession, _Identity, tool_specs
-from stead.realtime._store import MIGRATIONS
+from stead.realtime._store import DELEGATION_COLS, MIGRATIONS
 
 if TYPE_CHECKING:
     from stead.system import AgentSystem
@@ -264,8 +264,6 @@ class RealtimePlugin(Plugin):
                     (now, other),
                 )
                 await end_run(tx, other_run, status="failed", error="the session's process stopped")
-            from stead.realtime._store import DELEGATION_COLS
-
             rows = await tx.fetch(
                 f"SELECT {DELEGATION_COLS} FROM realtime_delegations "
                 "WHERE agent_id = ? AND delivered_at IS NULL "
