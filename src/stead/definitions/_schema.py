@@ -1,4 +1,4 @@
-"""The agent definition schema (DESIGN §7): what an agent *is*, as written in a YAML file.
+"""The agent definition schema (docs/orchestration.md): what an agent *is*, as written in a YAML file.
 
 `loop` and `realtime` are the implemented types (`flow` is reserved). Unknown keys are refused, so a typo
 never silently does nothing. A `realtime` definition (docs/realtime.md) names the durable agents it hands

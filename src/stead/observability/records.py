@@ -1,5 +1,5 @@
-"""Run records (DESIGN §8): `runs` and `run_steps` (with the `prompt_runs` view over its prompt steps),
-written by `RunRecorder` hooks.
+"""Run records (docs/observability.md): `runs` and `run_steps` (with the `prompt_runs` view over its prompt
+steps), written by `RunRecorder` hooks.
 
 Every row is written inside the kernel's own transaction for the change it describes (the hook's `ctx.tx`),
 so a record commits exactly when its state change does and a rollback or crash leaves no stray row. The
