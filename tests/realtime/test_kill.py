@@ -39,7 +39,7 @@ async def run_until_working(db: Path, team: Path) -> dict[str, str]:
     return markers
 
 
-async def test_RT_kill_session_process_then_new_session_gets_the_result(tmp_path: Path) -> None:
+async def test_RT2_session_process_killed_then_a_new_session_gets_the_result(tmp_path: Path) -> None:
     team = write_team(tmp_path / "team")
     db = tmp_path / "rt.db"
     markers = await run_until_working(db, team)
