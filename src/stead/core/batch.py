@@ -152,7 +152,7 @@ async def run_batch(
     offered = st.offered_tools(pending)
     sem = asyncio.Semaphore(max(1, st.config.max_tool_concurrency))
     tools = [_allowed_tool(st, call.name, offered) for _, call in batch]
-    for (_, call), tool in zip(batch, tools, strict=True):
+    for _, call in batch:
         gate = gates.get(call.id or "")
         if gate is not None and gate.state == "deny" and call.id not in st.outcomes:
             st.outcomes[call.id or ""] = ToolResult(call.id or "", gate.text, True)
@@ -317,12 +317,15 @@ async def commit_result(
     tool: Tool | None,
     *,
     note: str | None = None,
+    track: bool = True,
 ) -> bool:
     """T3: claim the call (delete its entry), append its result, erase its KV — one transaction (the
     caller's, if it has one open). A transactional tool runs inside this transaction, in a savepoint that
     rolls back its writes if it fails. `last`: whether this answers the batch's last entry (None: read it
-    here, for batches with gated calls). `note` starts the result (a reviewer's edit). Returns whether this
-    commit answered the call (False: it was answered before — the first committed result wins)."""
+    here, for batches with gated calls). `note` starts the result (a reviewer's edit). `track=False`: this
+    process does not run the agent (a decision made by a process that did not resume it), so the mirror's
+    pending record is left alone. Returns whether this commit answered the call (False: it was answered
+    before — the first committed result wins)."""
     assert call.id is not None
     cid = call.id
     async with st.env.store.transaction() as tx:
@@ -359,7 +362,7 @@ async def commit_result(
             kv = st.call_kvs.pop(cid, None)
             if kv is not None:
                 kv.closed = True
-            if new_pending is not None:
+            if new_pending is not None and track:
                 st.pending = new_pending
             if st.listening:
                 st.emit(ToolFinished(kept))

@@ -83,10 +83,13 @@ async def _held(st: AgentState, tx: Tx, call_id: str) -> tuple[HeldCall, Pending
     return entry, pending
 
 
-def _published(st: AgentState, call_id: str, gate: Gate, decision: str, note: str | None, run_id: str) -> None:
+def _published(
+    st: AgentState, call_id: str, gate: Gate, decision: str, note: str | None, run_id: str
+) -> None:
     if st.listening:
         st.emit(ApprovalDecided(call_id, gate.ref, decision, note, run_id))
-    st.wake()
+    if st.pending is not None:
+        st.wake()  # only where this process runs the agent (a decider that did not resume it stays out)
 
 
 async def release_call(
@@ -131,7 +134,9 @@ async def refuse_call(
         if st.hooks.wants("call_decided_tx"):
             await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), entry.call, decision, note)
         tool = st.env.tools.get(entry.call.name)
-        await commit_result(st, pending, entry.key, entry.call, ToolResult(call_id, output, True), None, tool)
+        result = ToolResult(call_id, output, True)
+        tracked = st.pending is not None
+        await commit_result(st, pending, entry.key, entry.call, result, None, tool, track=tracked)
         tx.after_commit(lambda: _published(st, call_id, gate, decision, note, pending.run_id))
     return True
 
@@ -151,7 +156,9 @@ async def reject_for_steer(st: AgentState, pending: Pending, take: list[Queued])
             if st.hooks.wants("call_decided_tx"):
                 await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), entry.call, "rejected", STEERED_TEXT)
             tool = st.env.tools.get(entry.call.name)
-            await commit_result(st, pending, entry.key, entry.call, ToolResult(cid, STEERED_TEXT, True), False, tool)
+            await commit_result(
+                st, pending, entry.key, entry.call, ToolResult(cid, STEERED_TEXT, True), False, tool
+            )
             decided.append((cid, entry.gate))
         consumed = await write_consumption(st, tx, turn)
         new_pending = pending.but(stage="inference", turn_id=inf, inference_id=inf)

@@ -113,7 +113,9 @@ class Hooks:
         """In the dispatch transaction, after `tool_dispatched_tx`: these calls of the batch are held for a
         decision, so the run will wait (its status becomes `awaiting_input`)."""
 
-    async def call_decided_tx(self, ctx: HookContext, call: ToolCall, decision: str, note: str | None) -> None:
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
         """A held call was decided, inside the deciding transaction: `approved` (it will run), or
         `rejected` / `expired` / `cancelled` (its error result commits in this transaction). Called for
         decisions the kernel makes too: a steered message rejects held calls, an abort cancels them."""
@@ -250,7 +252,9 @@ class HookSet:
         for h in self._awaiting_input_tx:
             await h.awaiting_input_tx(ctx, calls)
 
-    async def call_decided_tx(self, ctx: HookContext, call: ToolCall, decision: str, note: str | None) -> None:
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
         for h in self._call_decided_tx:
             await h.call_decided_tx(ctx, call, decision, note)
 

@@ -34,8 +34,8 @@ from stead.core.batch import decode_batch, run_batch
 from stead.core.config import AgentConfig, Env
 from stead.core.consume import apply_settings, plan
 from stead.core.decide import reject_for_steer
-from stead.core.gate import decode_gates
 from stead.core.events import Activated, BlockReset
+from stead.core.gate import decode_gates
 from stead.core.inference import Retry, find_provider, inference
 from stead.core.outcome import Outcome
 from stead.core.records import Pending, Queued
@@ -110,8 +110,10 @@ class AgentRuntime(AgentState):
     @property
     def state_waiting(self) -> bool:
         """Whether the agent has nothing left to do but wait for decisions."""
-        return self.pending is not None and not self._stopped and (
-            (self._loop_task is None and self.waiting) or self.waiting_on_calls
+        return (
+            self.pending is not None
+            and not self._stopped
+            and ((self._loop_task is None and self.waiting) or self.waiting_on_calls)
         )
 
     # ------------------------------------------------------------------ the loop
@@ -219,7 +221,9 @@ class AgentRuntime(AgentState):
             if gates and all(call.id in gates and gates[call.id].held for _, call in decode_batch(entries)):
                 # nothing of the batch can run before a decision: no provider request (wait), unless a
                 # steered message came instead of a decision (it rejects the held calls)
-                take = plan(self, pending.but(inference_id=None), [q for q in queued if q.key.startswith(R.STEER)])
+                take = plan(
+                    self, pending.but(inference_id=None), [q for q in queued if q.key.startswith(R.STEER)]
+                )
                 if not take:
                     tx.after_commit(self._mark_waiting)
                     return False

@@ -42,7 +42,16 @@ from stead.errors import ConfigurationError, InvalidInput
 from stead.messages import dumps
 from stead.tools.context import ToolContext
 
-__all__ = ["EFFECTS", "IN_DOUBT", "RUN_AGAIN", "ApprovalRule", "Reconciliation", "Tool", "ToolArgumentError", "tool"]
+__all__ = [
+    "EFFECTS",
+    "IN_DOUBT",
+    "RUN_AGAIN",
+    "ApprovalRule",
+    "Reconciliation",
+    "Tool",
+    "ToolArgumentError",
+    "tool",
+]
 
 EFFECTS = ("read", "write", "external")
 """What a tool may touch, from least to most (`Tool.effects`)."""
@@ -210,12 +219,15 @@ def tool(
 def check_declaration(name: str, effects: str, destructive: bool, approval: ApprovalRule) -> None:
     """Refuse a declaration the policy could not read (when the tool is defined, not when it is called)."""
     if effects not in EFFECTS:
-        raise ConfigurationError(f"tool {name!r}: effects must be one of {', '.join(EFFECTS)}, not {effects!r}")
+        raise ConfigurationError(
+            f"tool {name!r}: effects must be one of {', '.join(EFFECTS)}, not {effects!r}"
+        )
     if not isinstance(destructive, bool):
         raise ConfigurationError(f"tool {name!r}: destructive must be True or False")
     if not callable(approval) and approval not in APPROVAL_MODES:
         raise ConfigurationError(
-            f"tool {name!r}: approval must be one of {', '.join(APPROVAL_MODES)} or a callable, not {approval!r}"
+            f"tool {name!r}: approval must be one of {', '.join(APPROVAL_MODES)} or a callable, "
+            f"not {approval!r}"
         )
 
 
