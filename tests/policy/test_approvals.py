@@ -5,6 +5,7 @@ abort, expiry, child approvals under the root run."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,12 @@ async def test_P2_a_held_call_never_runs_before_the_decision_and_runs_once_after
         assert agent.state == "waiting" and agent.active
         assert ran == {"read_file": 1}  # the other call of the batch ran and committed
         (a,) = await system.approvals()
-        assert (a.tool, a.status, a.arguments, a.mode) == ("delete_file", "pending", {"path": "a.txt"}, "auto")
+        assert (a.tool, a.status, a.arguments, a.mode) == (
+            "delete_file",
+            "pending",
+            {"path": "a.txt"},
+            "auto",
+        )
         assert a.destructive and a.root_run_id == a.run_id and a.agent_id == agent.id
         assert [x.id for x in await agent.approvals()] == [a.id]
         decision = await system.approve(a.id, note="fine")
@@ -198,3 +204,60 @@ async def test_agent_run_returns_awaiting_input_then_the_result(db_url: str) -> 
         second = await agent.run("call delete_file", id="deletemsg")  # same id: the same run, finished
         assert second.outcome is stead.Outcome.COMPLETED and second.run_id == a.run_id
         assert second.text == "results: deleted a.txt"
+
+
+async def test_P10_child_approval_listed_under_the_root_run(tmp_path: Path, db_url: str) -> None:
+    """The orchestrator delegates to a worker whose destructive call needs approval: the worker's
+    approval carries the orchestrator's run as its root, the orchestrator counts as waiting, and the
+    approval lets the whole tree finish."""
+    from tests.test_delegation import models, write_team
+
+    def orchestrator(request: stead.ProviderRequest) -> list[stead.Block]:
+        if request.messages[-1].role == "tool":
+            return [stead.Text("worker said: " + request.messages[-1].content[0].output)]  # type: ignore[union-attr]
+        return [stead.ToolCall("worker", {"request": "call delete_file"})]
+
+    team = write_team(
+        tmp_path / "team",
+        {
+            "orchestrator": {"sub_agents": ["worker"]},
+            "worker": {"tools": ["tests.policy.support:delete_file"]},
+        },
+    )
+    async with stead.open(
+        db_url, definitions=team, providers=models(orchestrator=orchestrator, worker=support.respond)
+    ) as system:
+        assert system.has_plugin("policy")  # definitions enforce the policy by default
+        root = await system.create(definition="orchestrator")
+        await root.send("clean up")
+        await root.wait_idle(timeout=TIMEOUT)
+        assert root.state == "waiting"  # nothing left to do but wait for the worker's approval
+        (a,) = await system.approvals()
+        assert a.agent_id != root.id and a.tool == "delete_file"
+        root_run = (await system.runs(agent_id=root.id))[0].id
+        assert a.root_run_id == root_run and a.run_id != root_run
+        assert [x.id for x in await system.approvals(root_run_id=root_run)] == [a.id]
+        await system.approve(a.id)
+        await root.wait_idle(timeout=TIMEOUT)
+        assert root.state == "idle" and ran["delete_file"] == 1
+        assert (await root.history())[-1].text == "worker said: results: deleted a.txt"
+
+
+async def test_records_show_the_waiting_step(db_url: str) -> None:
+    async with open_system(db_url) as system:
+        agent = await system.create(provider="scripted", model="m", tools=["delete_file", "read_file"])
+        await agent.send("call delete_file read_file")
+        await agent.wait_idle(timeout=TIMEOUT)
+        (a,) = await system.approvals()
+        run = await system.run(a.run_id)
+        assert run.status == "awaiting_input"
+        steps = {s.target: s.status for s in run.steps if s.type == "tool"}
+        assert steps == {"delete_file": "awaiting_input", "read_file": "completed"}
+        await system.approve(a.id)
+        await agent.wait_idle(timeout=TIMEOUT)
+        run = await system.run(a.run_id)
+        assert run.status == "completed"
+        assert {s.target: s.status for s in run.steps if s.type == "tool"} == {
+            "delete_file": "completed",
+            "read_file": "completed",
+        }

@@ -13,10 +13,11 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from stead.mcp._config import McpServer
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits"]
+__all__ = ["AgentDefinition", "Limits", "Permissions"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -64,6 +65,17 @@ class Limits(BaseModel):
         )
 
 
+class Permissions(BaseModel):
+    """Allow / ask / deny rules by tool name (shell patterns), over the permission-mode table: deny wins,
+    then ask, then allow (docs/approvals.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+
 class AgentDefinition(BaseModel):
     """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
     `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
@@ -93,6 +105,10 @@ class AgentDefinition(BaseModel):
     """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
     model as a tool named after it."""
     limits: Limits = Field(default_factory=Limits)
+    permissions: Permissions = Field(default_factory=Permissions)
+    """Rules over the permission-mode policy for this agent's tool calls (docs/approvals.md)."""
+    mcp: list[McpServer] = Field(default_factory=list)
+    """MCP servers whose tools this agent is offered as `SERVER__TOOL` (docs/mcp.md)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 

@@ -27,6 +27,7 @@ from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
+from stead.core.events import ApprovalDecided, Settled
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
@@ -59,6 +60,8 @@ X_DATA = "stead.data"
 X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
 X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
+X_PERMISSIONS = "stead.permissions"  # allow / ask / deny rules (stead.policy)
+X_MCP = "stead.mcp"  # the MCP servers whose tools the agent is offered (stead.mcp)
 
 PARENT_KEY = "stead.parent"
 FAILED_NOTE = "The last turn failed: "
@@ -223,6 +226,11 @@ class Orchestrator:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
+        rules = definition.permissions.model_dump(exclude_defaults=True)
+        if rules:
+            extra[X_PERMISSIONS] = rules  # read by the policy plugin
+        if definition.mcp:
+            extra[X_MCP] = [server.name for server in definition.mcp]  # read by the MCP plugin
         return {
             "provider": provider,
             "model": model,
@@ -335,8 +343,11 @@ class Orchestrator:
                 metadata: dict[str, Any] = {PARENT_KEY: link}
                 if changes:
                     metadata[CHANGES_KEY] = [c.encode() for c in changes]
-                await child.send(content, id=message_id, metadata=metadata)
-                await child.wait_idle()
+                # the child runs under the parent's permission mode (a read_only parent delegates read_only)
+                await child.send(
+                    content, id=message_id, metadata=metadata, permission_mode=ctx.permission_mode
+                )
+                await _until_done(child, ctx)
             except Closed:
                 # the system is closing: leave the call unfinished; the next owner re-attaches to the child
                 raise asyncio.CancelledError from None
@@ -405,6 +416,26 @@ class Orchestrator:
         if answer is None:
             raise DelegationError(f"the sub-agent {target!r} finished without an answer")
         return answer
+
+
+async def _until_done(child: Agent, ctx: ToolContext) -> None:
+    """Wait until the child has nothing left to do. While it waits for decisions on held calls (human
+    approvals), the delegating call says it waits for input too, so the parent counts as waiting."""
+    events = child.events()
+    try:
+        while True:
+            await child.wait_idle()
+            if child.state != "waiting":
+                return
+            ctx.awaiting_input(True)
+            try:
+                async for ev in events:
+                    if isinstance(ev, ApprovalDecided | Settled):
+                        break
+            finally:
+                ctx.awaiting_input(False)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
 
 
 RUN_CHANGES_KEY = "kv.r.stead.changes"
