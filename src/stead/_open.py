@@ -47,6 +47,7 @@ async def open(
     clock: Callable[[], float] | None = None,
     readonly: bool = False,
     approvals: bool | None = None,
+    mcp: Sequence[Any] = (),
 ) -> AgentSystem:
     """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
     (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
@@ -73,7 +74,12 @@ async def open(
     by default with `definitions=` (`approvals=False` turns it off), and a `PolicyPlugin` in `plugins` is
     used instead of a new one.
 
-    Hooks run in this order: run records, `hooks`, orchestration, policy, `plugins` (in order), tracing."""
+    `mcp=[...]` connects MCP servers (`stead.mcp.McpServer` declarations or dicts of the same keys: `name`,
+    `command`/`args`/`env` or `url`/`headers`, `allow`, `trust_annotations`) and registers their tools as
+    `SERVER__TOOL` (needs `stead[mcp]`); servers declared by definitions (`mcp:`) are added too.
+
+    Hooks run in this order: run records, `hooks`, orchestration, policy, `plugins` (in order), MCP,
+    tracing."""
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     # built-in hook objects given directly become their plugins (which bring their tables)
     recorders = _instances(hook_list, "stead.observability.records", "RunRecorder")
@@ -112,6 +118,13 @@ async def open(
 
         ordered.append(PolicyPlugin())
     ordered.extend(plugins)
+    servers = list(mcp)
+    if definitions is not None:
+        servers += [server for d in registry.values() for server in d.mcp]
+    if servers and not any(p.name == "mcp" for p in ordered):
+        from stead.mcp import McpPlugin
+
+        ordered.append(McpPlugin(servers))
     if (tracer_provider is not None or tracers) and not any(p.name == "tracing" for p in ordered):
         from stead.observability.plugin import TracingPlugin
 
