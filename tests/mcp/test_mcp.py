@@ -18,8 +18,8 @@ from stead.providers.scripted import ScriptedProvider
 
 pytest.importorskip("mcp")
 
-from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
-from mcp.types import ToolAnnotations  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
 TIMEOUT = 30.0
 DYING = Path(__file__).resolve().parent / "dying_server.py"

@@ -13,7 +13,7 @@ from tests.policy.support import ARGS, NAMES, TIMEOUT, TOOLS, open_system, ran, 
 
 # the documented table (docs/approvals.md), by tool of tests/policy/support.py
 EXPECTED: dict[str, dict[str, str]] = {
-    #                  read_file  write_file  fetch (external)  delete_file (destructive)  peek (always)  ping (never)
+    # read_file, write_file, fetch (external), delete_file (destructive), peek (always), ping (never)
     "read_only": dict(zip(NAMES, ["run", "deny", "deny", "deny", "deny", "deny"], strict=True)),
     "workspace_write": dict(zip(NAMES, ["run", "run", "ask", "ask", "ask", "run"], strict=True)),
     "auto": dict(zip(NAMES, ["run", "run", "run", "ask", "ask", "run"], strict=True)),

@@ -119,8 +119,9 @@ class Connection:
         spec = self.spec
         if spec.url is not None and self._server is None:
             import httpx2
-            from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
+
+            from mcp import Client
 
             http = await stack.enter_async_context(httpx2.AsyncClient(headers=dict(spec.headers)))
             client = Client(
@@ -152,7 +153,7 @@ class Connection:
                     await self._until_down_or_stop()
             except asyncio.CancelledError:
                 raise
-            except BaseException as e:  # noqa: BLE001 - a dead server must never take the process down
+            except BaseException as e:
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.warning("MCP server %r: connection ended: %s", self.name, self.last_error)
             finally:
@@ -214,7 +215,7 @@ class Connection:
             return
         except asyncio.CancelledError:
             raise
-        except BaseException as e:  # noqa: BLE001 - listening is best effort; calls still work
+        except BaseException as e:
             log.debug("MCP server %r: listen ended: %s", self.name, e)
 
     async def _notification(self, message: Any) -> None:
@@ -231,8 +232,9 @@ class Connection:
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> Any:
         """Call `tool`; returns the `CallToolResult`. Raises `ServerGone` if the connection is down (not
         sent) or ends during the call (sent), `TimeoutError` after `timeout` seconds."""
-        from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
+
+        from mcp import MCPError
 
         limit = self.spec.timeout if timeout is None else timeout
         try:

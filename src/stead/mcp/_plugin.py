@@ -4,22 +4,22 @@ server, with flags from the server's annotations only when the declaration trust
 Annotations → flags (`trust_annotations: true`; docs/mcp.md), spec defaults for a missing hint (not
 read-only, destructive, not idempotent, open world):
 
-| annotations                   | effects                       | durable (may run again after a crash) | destructive |
-|-------------------------------|-------------------------------|---------------------------------------|-------------|
-| read-only, closed world       | `read`                        | yes                                   | no          |
-| read-only, open world         | `external`                    | yes                                   | no          |
-| idempotent, not destructive   | `write` (`external` if open)  | yes (a repeat has no further effect)  | no          |
-| not idempotent                | `write` / `external`          | no: at most once, in doubt after a crash | no       |
-| destructive                   | `write` / `external`          | no                                    | yes         |
+| annotations                 | effects                      | durable (may run again) | destructive |
+|-----------------------------|------------------------------|-------------------------|-------------|
+| read-only, closed world     | `read`                       | yes                     | no          |
+| read-only, open world       | `external`                   | yes                     | no          |
+| idempotent, not destructive | `write` (`external` if open) | yes (no further effect) | no          |
+| not idempotent              | `write` / `external`         | no: at most once        | no          |
+| destructive                 | `write` / `external`         | no                      | yes         |
 
 Without trust every tool is `external`, at most once, and goes through the policy (a server's own claims
-are not an authorization: "Clients should never make tool use decisions based on ToolAnnotations received
-from untrusted servers"). Per-tool overrides in the declaration (`tools: {NAME: {...}}`) win. A tool is never
-`transactional`: its effects happen in another process.
+are not an authorization: "Clients should never make tool use decisions based on ToolAnnotations
+received from untrusted servers"). Per-tool overrides in the declaration (`tools: {NAME: {...}}`) win. A
+tool is never `transactional`: its effects happen in another process.
 
-Results: `is_error` becomes an error result; `structured_content` is shown (as JSON) when the tool declares
-an output schema (unless it only wraps a plain value), the text content otherwise; images, audio and resources become short text markers.
-A call in flight when its server dies: a durable tool's call is sent again once the server is back; any
+Results: `is_error` becomes an error result; `structured_content` is shown (as JSON) when the tool
+declares an output schema (unless it only wraps a plain value), the text content otherwise; images, audio
+and resources become short text markers. A call in flight when its server dies: a durable tool's call is sent again once the server is back; any
 other gets an error result saying whether it may have happened (T5's in-doubt rule).
 """
 
