@@ -19,8 +19,9 @@ tool is never `transactional`: its effects happen in another process.
 
 Results: `is_error` becomes an error result; `structured_content` is shown (as JSON) when the tool
 declares an output schema (unless it only wraps a plain value), the text content otherwise; images, audio
-and resources become short text markers. A call in flight when its server dies: a durable tool's call is sent again once the server is back; any
-other gets an error result saying whether it may have happened (T5's in-doubt rule).
+and resources become short text markers. A call in flight when its server dies: a durable tool's call is
+sent again once the server is back; any other gets an error result saying its effect is unknown (T5's
+in-doubt rule).
 """
 
 from __future__ import annotations
