@@ -368,6 +368,28 @@ class Agent:
         else:
             await asyncio.wait_for(self._rt.wait_idle(), timeout)
 
+    async def wait_decided(self, timeout: float | None = None) -> None:
+        """While the agent is `waiting` (for decisions on held calls), wait until that changes: a decision,
+        an abort, a new message, or the system stops running it. Returns at once when not waiting. With
+        `agent.run`, which returns `awaiting_input` for such a run: `while (r := await agent.run(m, id=i))
+        .outcome is Outcome.AWAITING_INPUT: await agent.wait_decided()`. Raises `TimeoutError`."""
+        rt = self._rt
+        events = rt.subscribe()
+        try:
+
+            async def until() -> None:
+                while self.state == "waiting":
+                    ev = await events.get()
+                    if ev is None:
+                        return  # closed
+
+            if timeout is None:
+                await until()
+            else:
+                await asyncio.wait_for(until(), timeout)
+        finally:
+            rt.unsubscribe(events)
+
     async def history(self) -> list[Message]:
         """The conversation as stored (read from the store, not from memory)."""
         async with self._rt.env.store.transaction() as tx:
