@@ -190,3 +190,12 @@ async def test_without_a_policy_plugin_every_tool_runs_as_before(db_url: str) ->
         assert all(ran[n] == 1 for n in NAMES)
         with pytest.raises(stead.ConfigurationError, match="approvals are off"):
             await system.approvals()
+
+
+def test_the_approvals_table_has_sqlite_and_postgresql_migrations() -> None:
+    (sqlite,) = PolicyPlugin.migrations["sqlite"]["policy"]
+    (postgres,) = PolicyPlugin.migrations["postgresql"]["policy"]
+    assert "CREATE TABLE approvals" in sqlite and "call_id TEXT NOT NULL UNIQUE" in sqlite
+    assert "CHECK (status IN ('pending', 'approved', 'rejected', 'expired', 'cancelled'))" in postgres
+    assert "DOUBLE PRECISION" in postgres and "REAL" not in postgres
+    assert sqlite.replace("REAL", "DOUBLE PRECISION") == postgres  # the only difference

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -110,7 +111,10 @@ class Connection:
             return Client(self._server, message_handler=self._notification)
         if spec.command is not None:
             params = StdioServerParameters(
-                command=resolve_command(spec.command), args=list(spec.args), env=dict(spec.env), cwd=spec.cwd
+                command=resolve_command(spec.command),
+                args=list(spec.args),
+                env={k: os.path.expandvars(v) for k, v in spec.env.items()},
+                cwd=spec.cwd,
             )
             return Client(params, read_timeout_seconds=spec.timeout, message_handler=self._notification)
         raise AssertionError("url servers are opened by _http_client")
@@ -123,7 +127,8 @@ class Connection:
 
             from mcp import Client
 
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=dict(spec.headers)))
+            headers = {k: os.path.expandvars(v) for k, v in spec.headers.items()}  # `${TOKEN}` from the env
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
             client = Client(
                 streamable_http_client(spec.url, http_client=http),
                 read_timeout_seconds=spec.timeout,
