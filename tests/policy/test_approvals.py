@@ -261,3 +261,20 @@ async def test_records_show_the_waiting_step(db_url: str) -> None:
             "delete_file": "completed",
             "read_file": "completed",
         }
+
+
+async def test_a_call_with_invalid_arguments_gets_its_error_without_asking_anyone(db_url: str) -> None:
+    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+        if request.messages[-1].role == "tool":
+            return [stead.Text("ok")]
+        return [stead.ToolCall("delete_file", {"path": ["not", "a", "string"]})]
+
+    async with stead.open(
+        db_url, approvals=True, providers={"scripted": ScriptedProvider(respond)}, tools=support.TOOLS
+    ) as system:
+        agent = await system.create(provider="scripted", model="m", tools=["delete_file"])
+        await agent.send("delete")
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert agent.state == "idle" and await system.approvals(status=None) == []
+        output, is_error = results(await agent.history())["delete_file"]
+        assert is_error and "do not match the schema" in output

@@ -43,7 +43,7 @@ from stead.policy import _sql as Q
 from stead.policy._table import DEFAULT_TABLE, Cell, Rules, check_table, decide, rules_from
 from stead.store.base import Tx
 from stead.system import AgentSystem, Plugin
-from stead.tools._tool import Tool
+from stead.tools._tool import Tool, ToolArgumentError
 
 __all__ = ["PERMISSIONS_KEY", "ROOT_KEY", "PolicyPlugin"]
 
@@ -154,6 +154,11 @@ class PolicyPlugin(Plugin):
             return None
         if verdict.cell == "deny":
             return Gate.deny(verdict.reason)
+        if not callable(tool.approval):
+            try:
+                tool.validate(call.arguments)
+            except ToolArgumentError:
+                return None  # it cannot run anyway: its T6 error result answers it, no human is asked
         tx = ctx.tx
         run_id = ctx.run_id or ""
         root = await tx.get(ctx.agent_id, ROOT_KEY)
