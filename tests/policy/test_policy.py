@@ -3,6 +3,10 @@ policies failing closed, and allow / ask / deny rules by tool name (deny wins)."
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from typing import Any
 
 import pytest
@@ -199,3 +203,48 @@ def test_the_approvals_table_has_sqlite_and_postgresql_migrations() -> None:
     assert "CHECK (status IN ('pending', 'approved', 'rejected', 'expired', 'cancelled'))" in postgres
     assert "DOUBLE PRECISION" in postgres and "REAL" not in postgres
     assert sqlite.replace("REAL", "DOUBLE PRECISION") == postgres  # the only difference
+
+
+def _psql(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["su", "postgres", "-c", "psql -X -q -v ON_ERROR_STOP=1 -f -"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_approvals_sql_runs_on_postgresql() -> None:
+    """No PostgreSQL store exists yet: run the table's migration and every statement the plugin sends
+    (`?` numbered as PostgreSQL's `$n`) on the machine's PostgreSQL, in a transaction rolled back."""
+    if shutil.which("psql") is None or os.geteuid() != 0 or _psql("SELECT 1").returncode != 0:
+        pytest.skip("no local PostgreSQL reachable as the postgres user")
+    from stead.policy import _sql as Q
+
+    def numbered(sql: str) -> str:
+        count = iter(range(1, 100))
+        return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+    (ddl,) = PolicyPlugin.migrations["postgresql"]["policy"]
+    lines = ["BEGIN;", *(f"{s.strip()};" for s in ddl.split(";") if s.strip())]
+    statements = {
+        "ins": Q.INSERT,
+        "dec": Q.DECIDE,
+        "decc": Q.DECIDE_CALL,
+        "due": Q.DUE,
+        "nxt": Q.NEXT_EXPIRY,
+        "sel": Q.SELECT + " WHERE status = ? AND agent_id = ? AND root_run_id = ? ORDER BY created_at, id",
+    }
+    lines += [f"PREPARE {name} AS {numbered(sql)};" for name, sql in statements.items()]
+    lines += [
+        "EXECUTE ins('a1', 'ag', 'r', 'r', 'c1', 't', '{}', 'write', 1, 'auto', 'why', 1.5, 9.0);",
+        "EXECUTE due(10.0);",
+        "EXECUTE dec('approved', 'ok', NULL, 'ana', 2.0, 'a1');",
+        "EXECUTE decc('cancelled', NULL, 'stead', 3.0, 'c1');",
+        "EXECUTE sel('approved', 'ag', 'r');",
+        "ROLLBACK;",
+    ]
+    done = _psql("\n".join(lines))
+    assert done.returncode == 0, done.stderr
+    assert "approved" in done.stdout and "ana" in done.stdout  # the first decision stood
