@@ -83,3 +83,16 @@ def test_unknown_approvals_and_empty_databases_are_one_line(tmp_path: Path) -> N
     assert missing.returncode == 1 and "no approval with id 'nosuchapproval'" in missing.stderr
     assert "Traceback" not in missing.stderr
     assert run_cli("approvals", "list", "--db", "s.db", "--status", "maybe", cwd=tmp_path).returncode == 2
+
+
+def test_stead_chat_decides_with_slash_approve(tmp_path: Path) -> None:
+    definition = str(_setup(tmp_path))
+    chat = run_cli(
+        "chat", definition, "--db", "s.db", cwd=tmp_path, stdin="clean up old.log\n/approve looks fine\n"
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert "waiting for approval" in chat.stderr and "approved " in chat.stderr
+    assert "Done: removed old.log" in chat.stdout and not (tmp_path / "old.log").exists()
+    listed = run_cli("approvals", "list", "--db", "s.db", "--status", "all", "--json", cwd=tmp_path)
+    (row,) = json.loads(listed.stdout)
+    assert (row["status"], row["note"]) == ("approved", "looks fine")
