@@ -15,10 +15,11 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from stead.mcp._config import McpServer
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits", "NarrationSettings", "RealtimeSettings"]
+__all__ = ["AgentDefinition", "Limits", "NarrationSettings", "Permissions", "RealtimeSettings"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -64,6 +65,17 @@ class Limits(BaseModel):
             and self.max_wall_seconds is None
             and not self.max_calls
         )
+
+
+class Permissions(BaseModel):
+    """Allow / ask / deny rules by tool name (shell patterns), over the permission-mode table: deny wins,
+    then ask, then allow (docs/approvals.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
 
 
 class NarrationSettings(BaseModel):
@@ -142,6 +154,10 @@ class AgentDefinition(BaseModel):
     realtime: RealtimeSettings | None = None
     """Realtime settings: on a `realtime` definition its own; on a target agent a layer over them."""
     limits: Limits = Field(default_factory=Limits)
+    permissions: Permissions = Field(default_factory=Permissions)
+    """Rules over the permission-mode policy for this agent's tool calls (docs/approvals.md)."""
+    mcp: list[McpServer] = Field(default_factory=list)
+    """MCP servers whose tools this agent is offered as `SERVER__TOOL` (docs/mcp.md)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 
