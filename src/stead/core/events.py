@@ -17,6 +17,7 @@ from stead.providers.base import BlockEnd, Done, ReasoningDelta, TextDelta, Usag
 __all__ = [
     "Activated",
     "BlockReset",
+    "Compacted",
     "Event",
     "MessageConsumed",
     "Settled",
@@ -68,6 +69,18 @@ class Settled:
     type: Literal["settled"] = "settled"
 
 
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """A compaction replaced the history (K1): `reason` is `auto`, `requested` or `overflow`; tokens are
+    estimates of the provider context before and after."""
+
+    id: str
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    type: Literal["compacted"] = "compacted"
+
+
 Event: TypeAlias = (
     TextDelta
     | ReasoningDelta
@@ -80,4 +93,5 @@ Event: TypeAlias = (
     | ToolFinished
     | Activated
     | Settled
+    | Compacted
 )

@@ -35,6 +35,8 @@ class Mirror:
         self._builder: MessageBuilder | None = None
         self._messages: list[Message] | None = None
         self._settings: dict[str, Any] | None = None
+        self.compaction_failures = 0
+        """Consecutive failed compactions (the circuit breaker, K1), as committed."""
 
     @property
     def active(self) -> bool:
@@ -69,14 +71,18 @@ class Mirror:
         records = [json.loads(r) for r in raw]
         settings_raw = await tx.get(agent_id, R.SETTINGS)
         settings = json.loads(settings_raw) if settings_raw else self.config.initial_settings()
+        breaker = await tx.get(agent_id, R.COMPACTION)
+        failures = int(json.loads(breaker).get("fails", 0)) if breaker else 0
 
         def publish() -> None:
             self._set_records(records)
             self._settings = settings
+            self.compaction_failures = failures
 
         tx.after_commit(publish)
         self._set_records(records)
         self._settings = settings
+        self.compaction_failures = failures
 
     def _set_records(self, records: list[dict[str, Any]]) -> None:
         if records is self._records:
