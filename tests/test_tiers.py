@@ -20,6 +20,7 @@ EXTEND = [
     "STEP_TYPE_KEY",
     "AgentConfig",
     "AgentRow",
+    "CompactionInfo",
     "DefinitionSource",
     "HookContext",
     "Hooks",

@@ -21,10 +21,11 @@ from stead._changes import RuntimeChange
 from stead._open import open
 from stead._runs import Run, Step
 from stead.agent import Acceptance, Agent, Input
-from stead.core.config import RetryPolicy
+from stead.core.config import ContextPolicy, RetryPolicy
 from stead.core.events import (
     Activated,
     BlockReset,
+    Compacted,
     Event,
     MessageConsumed,
     Settled,
@@ -38,6 +39,7 @@ from stead.errors import (
     AgentNotFound,
     Closed,
     CloseFromInside,
+    CompactionFailed,
     ConfigurationError,
     DefinitionError,
     InvalidId,
@@ -83,7 +85,10 @@ __all__ = [
     "CallKV",
     "CloseFromInside",
     "Closed",
+    "Compacted",
+    "CompactionFailed",
     "ConfigurationError",
+    "ContextPolicy",
     "DefinitionError",
     "Done",
     "Event",

@@ -23,7 +23,7 @@ from stead._plugin import (
 )
 from stead._runs import RunReader
 from stead.core.config import AgentConfig
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.hooks import CompactionInfo, HookContext, Hooks, ResponseInfo
 from stead.observability.records import record_step
 from stead.store.base import AgentRow, Store, Tx
 from stead.system import Plugin
@@ -32,6 +32,7 @@ __all__ = [
     "STEP_TYPE_KEY",
     "AgentConfig",
     "AgentRow",
+    "CompactionInfo",
     "DefinitionSource",
     "HookContext",
     "Hooks",

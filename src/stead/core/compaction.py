@@ -105,8 +105,18 @@ def window_of(st: AgentState, settings: dict[str, Any]) -> int | None:
     if policy.window:
         return policy.window
     if st.env.context_window is not None:
-        return st.env.context_window(settings)
-    return None
+        known = st.env.context_window(settings)
+        if known is not None:
+            return known
+    return st.learned_window
+
+
+async def write_state(st: AgentState, tx: Any, failures: int, window: int | None) -> None:
+    """Inside `tx`: the compaction state key (breaker count, learned window); absent when both are empty."""
+    if failures or window:
+        await tx.write(st.id, R.COMPACTION, dumps({"fails": failures, "window": window}))
+    elif st.compaction_failures or st.learned_window:
+        await tx.delete(st.id, R.COMPACTION)
 
 
 def budget(st: AgentState, settings: dict[str, Any], *, window: int | None = None) -> Budget:
@@ -136,15 +146,14 @@ def context_tokens(st: AgentState, pending: Pending | None, staged: list[Queued]
     its output — plus an estimate of every record appended since and of the staged input. Usage from
     before the last compaction is stale: then the whole history is estimated."""
     recs = st.records or []
+    # usage measured before the last compaction is stale, also on the copies it kept (its first `n` records)
+    ci = next((i for i in range(len(recs) - 1, -1, -1) if recs[i].get("k") == "c"), -1)
+    fresh_from = ci + int(recs[ci].get("n", 1)) if ci >= 0 else 0
     base: int | None = None
-    start = 0
-    for i in range(len(recs) - 1, -1, -1):
+    start = max(ci, 0)
+    for i in range(len(recs) - 1, fresh_from - 1, -1):
         rec = recs[i]
-        kind = rec.get("k")
-        if kind == "c":
-            start = i
-            break
-        if kind == "b" and "u" in rec:
+        if rec.get("k") == "b" and "u" in rec:
             u = decode_usage(rec["u"])
             base, start = u.input_tokens + u.output_tokens, i + 1
             break
@@ -302,7 +311,8 @@ def prepare(
     before = overhead + sum(estimate_record(r) for r in recs)
     start = 1 if recs and recs[0].get("k") == "c" else 0
     previous = str(recs[0]["x"]) if start and recs[0].get("x") else None
-    cut = choose_cut(recs, b.keep, start)
+    keep = min(b.keep, max(before // 4, 1)) if reason == "requested" else b.keep
+    cut = choose_cut(recs, keep, start)
     passes: list[str] = []
 
     # pass 1 (cheapest): stub the tool results outside the recent window, keep everything else
@@ -636,7 +646,10 @@ async def _replace(
     new = [head, *prep.kept]
     info = _info(prep, head.get("x"), new, prompts, None)
     head["tb"], head["ta"] = info.tokens_before, info.tokens_after
-    effective = prep.budget.threshold is None or info.tokens_after < prep.budget.threshold
+    # effective: under the threshold, and a real gain (a compaction that frees nothing — the input being
+    # staged is what is large — counts toward the breaker, so it is not repeated on every stage)
+    gained = info.tokens_after <= prep.tokens_before * 0.9
+    effective = gained and (prep.budget.threshold is None or info.tokens_after < prep.budget.threshold)
     after = _after(pending, prep.reason)
     hooks = st.hooks
     async with st.env.store.transaction() as tx:
@@ -652,10 +665,7 @@ async def _replace(
         requested = await tx.delete(st.id, R.COMPACT)
         await tx.write(st.id, R.PENDING, after.encode())
         failures = 0 if effective else st.compaction_failures + 1
-        if failures:
-            await tx.write(st.id, R.COMPACTION, dumps({"fails": failures}))
-        elif st.compaction_failures:
-            await tx.delete(st.id, R.COMPACTION)
+        await write_state(st, tx, failures, st.learned_window)
         await _record_prompts(st, tx, pending, prompts)
         if ctx is not None and hooks.wants("compaction_tx"):
             await hooks.compaction_tx(ctx, info)
@@ -683,7 +693,7 @@ async def _fail(
         await tx.delete(st.id, R.COMPACT)
         await tx.write(st.id, R.PENDING, after.encode())
         failures = st.compaction_failures + 1
-        await tx.write(st.id, R.COMPACTION, dumps({"fails": failures}))
+        await write_state(st, tx, failures, st.learned_window)
         await _record_prompts(st, tx, pending, prompts)
         if st.hooks.wants("compaction_tx"):
             await st.hooks.compaction_tx(st.hook_ctx(tx, pending), info)

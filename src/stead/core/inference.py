@@ -19,7 +19,7 @@ from typing import Any
 from stead._ids import new_id
 from stead.core import records as R
 from stead.core.batch import dispatch, run_batch
-from stead.core.compaction import OVERFLOW_KEY, context_tokens
+from stead.core.compaction import OVERFLOW_KEY, context_tokens, write_state
 from stead.core.consume import apply_settings
 from stead.core.events import BlockReset
 from stead.core.expire import expire
@@ -153,12 +153,17 @@ async def _overflow(st: AgentState, turn: Turn, error: ProviderError, window: in
             pending = turn.pending.but(stage="compaction", compaction="overflow")
             await tx.write(st.id, OVERFLOW_KEY, dumps(window or 0))
             await tx.write(st.id, R.PENDING, pending.encode())
+            learned = window or st.learned_window
+            if learned != st.learned_window:
+                # the server named its window: automatic compaction uses it from now on
+                await write_state(st, tx, st.compaction_failures, learned)
             if st.hooks.wants("response_tx"):
                 ctx = st.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
                 await st.hooks.response_tx(ctx, response_info(turn, "error", str(error)))
 
             def published() -> None:
                 st.pending = pending
+                st.learned_window = learned
 
             tx.after_commit(published)
     if used is None:
