@@ -56,16 +56,18 @@ class RunState:
 def _usage(messages: list[Message]) -> Usage:
     inp = out = cached = 0
     cost: float | None = None
+    estimated = False
     for m in messages:
         u = m.usage
         if u is None:
             continue
+        estimated = estimated or u.estimated
         inp += u.input_tokens
         out += u.output_tokens
         cached += u.cached_tokens
         if u.cost is not None:
             cost = (cost or 0.0) + u.cost
-    return Usage(inp, out, cached, cost)
+    return Usage(inp, out, cached, cost, estimated)
 
 
 def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits"]
+__all__ = ["AgentDefinition", "ContextSection", "Limits"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -64,6 +64,31 @@ class Limits(BaseModel):
         )
 
 
+class ContextSection(BaseModel):
+    """How the agent keeps its conversation inside the model's window (docs/context.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int | None = Field(default=None, ge=256)
+    """The model's window in tokens (default: the catalog's `context_window`)."""
+    reserve: int | None = Field(default=None, ge=0)
+    """Tokens kept free for the answer: compact when a request would exceed window − reserve."""
+    keep_recent_tokens: int | None = Field(default=None, ge=1)
+    """Recent history kept verbatim after a summary (default: a quarter of the window)."""
+    compaction_model: str | None = None
+    """A model string of the one grammar that writes the summaries (default: the agent's own model)."""
+    expire_tool_results_after_turns: int | None = Field(default=None, ge=0)
+    """Tool results older than this many responses become stubs (`recall_tool_result` expands them)."""
+    max_tool_result_chars: int | None = Field(default=None, ge=1)
+    """Tool results longer than this are cut when they enter the conversation."""
+
+    @pydantic.model_validator(mode="after")
+    def _reserve_fits(self) -> ContextSection:
+        if self.window is not None and self.reserve is not None and self.reserve >= self.window:
+            raise ValueError(f"reserve ({self.reserve}) must be less than the window ({self.window})")
+        return self
+
+
 class AgentDefinition(BaseModel):
     """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
     `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
@@ -93,6 +118,7 @@ class AgentDefinition(BaseModel):
     """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
     model as a tool named after it."""
     limits: Limits = Field(default_factory=Limits)
+    context: ContextSection = Field(default_factory=ContextSection)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 

@@ -223,7 +223,7 @@ class Orchestrator:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
-        return {
+        kwargs: dict[str, Any] = {
             "provider": provider,
             "model": model,
             "instructions": instructions,
@@ -231,6 +231,15 @@ class Orchestrator:
             "name": name,
             "extra": extra,
         }
+        context = definition.context.model_dump(exclude_none=True)
+        if context:
+            chosen = context.get("compaction_model")
+            if isinstance(chosen, str):  # a scripted file is relative to the definition
+                context["compaction_model"] = self.system.router.resolve(
+                    chosen, base_dir=definition.base_dir
+                ).settings()
+            kwargs["context"] = context
+        return kwargs
 
     def _describe_tool(self, name: str) -> dict[str, str]:
         t = self.system.tools.get(name)
