@@ -1,5 +1,5 @@
-"""Definitions (DESIGN §7): the full schema, registries of definitions that reference each other, the
-instructions template, and `system.create(definition=...)`. Every error names file:line and the field."""
+"""Definitions (docs/orchestration.md): the full schema, registries of definitions that reference each other,
+the instructions template, and `system.create(definition=...)`. Every error names file:line and the field."""
 
 from __future__ import annotations
 

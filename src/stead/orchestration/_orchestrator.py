@@ -5,9 +5,9 @@ runtime changes and guardrails.
 scripted models the definitions name, and one *delegation tool* per definition (named after it), and
 installs `OrchestrationHooks` (runtime changes + guardrails) on the kernel.
 
-Delegation (DESIGN §7): the delegation tool is `durable=True` and idempotent. The child agent id and the
-child message id are allocated once through the call-bound KV, so a delegation re-executed after a crash
-re-attaches to the same child (the send with the same message id returns `created=False`) instead of
+Delegation (docs/orchestration.md): the delegation tool is `durable=True` and idempotent. The child agent id
+and the child message id are allocated once through the call-bound KV, so a delegation re-executed after a
+crash re-attaches to the same child (the send with the same message id returns `created=False`) instead of
 starting a second one. The tool waits for the child to settle and returns the child's final answer; a
 failed child run becomes an error result. Delegations of one parent run concurrently under a cap (a
 semaphore per parent agent, default 5); the kernel commits their results in call order. Aborting the parent
@@ -27,11 +27,11 @@ from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
+from stead.core.outcome import Outcome
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
-from stead.messages import Message, Text
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
@@ -61,7 +61,6 @@ X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
 
 PARENT_KEY = "stead.parent"
-FAILED_NOTE = "The last turn failed: "
 
 
 class DelegationError(Exception):
@@ -193,6 +192,11 @@ class Orchestrator:
         """Keyword arguments for `system.create` that build an agent of definition `name`: its model, its
         rendered instructions, its tools and sub-agents (with `changes` applied at its depth), its limits."""
         definition = self.definition(name)
+        if definition.type == "realtime":
+            raise ConfigurationError(
+                f"definition {name!r} is a realtime agent: open a session with "
+                f"system.realtime(definition={name!r}) (docs/realtime.md)"
+            )
         if definition.type != "loop":
             raise ConfigurationError(
                 f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
@@ -329,6 +333,7 @@ class Orchestrator:
         ids = await ctx.kv.get_or_create("child", lambda: {"agent": new_id(), "message": new_id()})
         child_id, message_id = str(ids["agent"]), str(ids["message"])
         async with self._semaphore(ctx.agent_id):
+            child: Agent | None = None
             try:
                 child = await self._child(child_id, target, [*chain, target], changes, data)
                 content = request if input is None else f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
@@ -344,20 +349,25 @@ class Orchestrator:
                 metadata: dict[str, Any] = {PARENT_KEY: link}
                 if changes:
                     metadata[CHANGES_KEY] = [c.encode() for c in changes]
-                await child.send(content, id=message_id, metadata=metadata)
-                await child.wait_idle()
+                # as durable as the delegation: the same message id after a crash returns the same child
+                # run's result instead of starting another
+                result = await child.run(content, id=message_id, metadata=metadata)
             except Closed:
-                # the system is closing: leave the call unfinished; the next owner re-attaches to the child
+                if child is not None and child.state == "blocked" and not system.closing:
+                    raise DelegationError(
+                        f"the sub-agent {target!r} ({child_id}) cannot run here: blocked"
+                    ) from None
+                # closing or drained: leave the call unfinished; the next owner re-attaches to the child
                 raise asyncio.CancelledError from None
             except asyncio.CancelledError:
                 await self._abort_child(child_id)
                 raise
-            state = child.state
-            if state != "idle":
-                if system.closing or state == "stopped":
-                    raise asyncio.CancelledError  # drained: the next owner re-attaches
-                raise DelegationError(f"the sub-agent {target!r} ({child_id}) cannot run here: {state}")
-            return await self._answer(child, target, message_id)
+        if result.outcome is not Outcome.COMPLETED:
+            why = result.error or result.outcome.value
+            raise DelegationError(f"the sub-agent {target!r} failed: {why}")
+        if not result.text.strip():
+            raise DelegationError(f"the sub-agent {target!r} finished without an answer")
+        return result.text.strip()
 
     async def _abort_child(self, child_id: str) -> None:
         """The parent was aborted: abort the child too (unless the whole system is going away)."""
@@ -391,34 +401,6 @@ class Orchestrator:
         except InvalidInput:  # created meanwhile (a concurrent re-execution): attach to it
             return await system.get(child_id)
 
-    async def _answer(self, child: Agent, target: str, message_id: str) -> str:
-        """The child's final answer to `message_id`: the last assistant text after it. A failed run (its
-        last word is a failure note) raises."""
-        history = await child.history()
-        start = next((i for i, m in enumerate(history) if m.id == message_id), None)
-        if start is None:
-            raise DelegationError(f"the sub-agent {target!r} never received the request")
-        answer: str | None = None
-        failure: str | None = None
-        for m in history[start + 1 :]:
-            if m.role == "assistant":
-                text = "".join(b.text for b in m.content if isinstance(b, Text)).strip()
-                if text:
-                    answer, failure = text, None
-            elif m.role == "system":
-                note = _text(m)
-                if note.startswith(FAILED_NOTE):
-                    failure = note[len(FAILED_NOTE) :]
-        if failure is not None:
-            raise DelegationError(f"the sub-agent {target!r} failed: {failure}")
-        if answer is None:
-            raise DelegationError(f"the sub-agent {target!r} finished without an answer")
-        return answer
-
 
 RUN_CHANGES_KEY = "kv.r.stead.changes"
 """Run KV key holding the runtime changes of the current run (cleared at settlement by the kernel)."""
-
-
-def _text(m: Message) -> str:
-    return "".join(b.text for b in m.content if isinstance(b, Text))
