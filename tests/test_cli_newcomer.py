@@ -22,6 +22,7 @@ import pytest
 import stead
 from stead.messages import Text, ToolCall
 from stead.providers.scripted import ScriptedProvider
+from stead.store.sqlite import SCHEMA_VERSION
 from tests.fakes import Reply
 from tests.fakes.cli import STEAD, cli_env, run_cli, write_waiting_agent
 from tests.fakes.openai_server import OpenAIFakeServer
@@ -189,7 +190,7 @@ def test_read_commands_never_create_or_alter_a_database(tmp_path: Path) -> None:
     conn.close()
     result = run_cli("runs", "--db", str(newer), cwd=tmp_path)
     assert one_error_line(result) == (
-        f"error: {newer} has schema version 7, newer than this stead's 1; upgrade stead"
+        f"error: {newer} has schema version 7, newer than this stead's {SCHEMA_VERSION}; upgrade stead"
     )
 
 

@@ -21,6 +21,7 @@ EXTEND = [
     "AgentConfig",
     "AgentRow",
     "ApprovalSource",
+    "CompactionInfo",
     "DefinitionSource",
     "Gate",
     "HookContext",

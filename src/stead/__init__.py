@@ -22,12 +22,13 @@ from stead._changes import RuntimeChange
 from stead._open import open
 from stead._runs import Run, Step
 from stead.agent import Acceptance, Agent, Input
-from stead.core.config import RetryPolicy
+from stead.core.config import ContextPolicy, RetryPolicy
 from stead.core.events import (
     Activated,
     ApprovalDecided,
     ApprovalRequested,
     BlockReset,
+    Compacted,
     Event,
     MessageConsumed,
     Settled,
@@ -41,6 +42,7 @@ from stead.errors import (
     AgentNotFound,
     Closed,
     CloseFromInside,
+    CompactionFailed,
     ConfigurationError,
     DefinitionError,
     InvalidId,
@@ -89,7 +91,10 @@ __all__ = [
     "CallKV",
     "CloseFromInside",
     "Closed",
+    "Compacted",
+    "CompactionFailed",
     "ConfigurationError",
+    "ContextPolicy",
     "Decision",
     "DefinitionError",
     "Done",

@@ -77,6 +77,10 @@ class Run:
     iterations: int
     restarts: int
     breadcrumb: str | None
+    usage_estimated: bool = False
+    """Some of the run's own usage is stead's estimate (the server reported none): shown as `~1,234`."""
+    usage_unknown: bool = False
+    """The run made requests but none reported or estimated usage (e.g. all failed): shown as `?`."""
     steps: list[Step] = field(default_factory=list)
     children: list[Run] = field(default_factory=list)
 

@@ -19,13 +19,23 @@ from stead._changes import CHANGES_KEY, RuntimeChange
 from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
+from stead.core.compaction import request as request_compaction
 from stead.core.config import PERMISSION_MODES, AgentConfig
 from stead.core.decide import refuse_call, release_call
 from stead.core.events import Event, Settled
+from stead.core.hooks import CompactionInfo
 from stead.core.outcome import Outcome
 from stead.core.results import RunResult, read_run_state, waiting_result
-from stead.core.runtime import AgentRuntime, Inbound
-from stead.errors import Closed, ConfigurationError, InvalidId, InvalidInput, RunFailed, RunNotFound
+from stead.core.runtime import AgentRuntime, Inbound, inside_agent
+from stead.errors import (
+    Closed,
+    CompactionFailed,
+    ConfigurationError,
+    InvalidId,
+    InvalidInput,
+    RunFailed,
+    RunNotFound,
+)
 from stead.messages import (
     Block,
     Message,
@@ -99,6 +109,7 @@ class Agent:
             model=cfg.model if isinstance(cfg.model, str) else list(cfg.model),
             tools=list(cfg.tools),
             extra=copy.deepcopy(cfg.extra),
+            context=copy.deepcopy(cfg.context),
         )
 
     @property
@@ -390,11 +401,48 @@ class Agent:
         finally:
             rt.unsubscribe(events)
 
-    async def history(self) -> list[Message]:
-        """The conversation as stored (read from the store, not from memory)."""
+    async def compact(self) -> CompactionInfo:
+        """Compact the conversation now (K1) and return what was done (`stead.extend.CompactionInfo`:
+        tokens before and after, the passes, the summary).
+
+        The request is durable (it survives a restart, which runs it); it is carried out at the agent's
+        next safe boundary — at once for an idle agent, which compacts without an inference; after the
+        current tool batch settles for a working one. Requests made while one is pending share it. Raises
+        `stead.CompactionFailed` when the compaction failed (the history is unchanged) or — `rejected` —
+        nobody will run it here (the agent was aborted, is closing, drained or blocked)."""
+        rt = self._rt
+        self._admission.check_open()
+        rt.check_open()
+        if inside_agent.get() == rt.id:
+            raise CompactionFailed(
+                f"agent {rt.id} cannot wait for its own compaction from inside its loop (a tool or hook): "
+                "it runs after the current tool batch",
+                rejected=True,
+            )
+        if rt.draining:
+            raise CompactionFailed(
+                f"agent {rt.id} is drained: nobody here will run the compaction", rejected=True
+            )
+        fut: asyncio.Future[CompactionInfo] = asyncio.get_running_loop().create_future()
+        rt.compaction_waiters.append(fut)
+        try:
+            async with rt.env.store.transaction() as tx:
+                await request_compaction(rt, tx)
+        except BaseException:
+            if fut in rt.compaction_waiters:
+                rt.compaction_waiters.remove(fut)
+            raise
+        return await fut
+
+    async def history(self, *, include_archived: bool = False) -> list[Message]:
+        """The conversation as stored (read from the store, not from memory). With `include_archived=True`:
+        every message the conversation ever held — the records compactions archived followed by the current
+        ones, in order, originals rather than shortened copies, each compaction's summary where it
+        happened (`stead history --all`)."""
         async with self._rt.env.store.transaction() as tx:
             raw = await tx.load(self.id)
-        return R.build_messages([json.loads(r) for r in raw])
+            archive = await tx.load_archive(self.id) if include_archived else []
+        return R.build_messages(R.full_records(archive, [json.loads(r) for r in raw]))
 
     async def queued(self) -> list[Input]:
         """The accepted messages not yet consumed, in the order the agent will take them (steered ones

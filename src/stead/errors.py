@@ -21,12 +21,15 @@ SteadError
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
+    "CONTEXT_TOO_LONG",
     "AgentNotFound",
     "CloseFromInside",
     "Closed",
+    "CompactionFailed",
     "ConfigurationError",
     "DefinitionError",
     "InvalidId",
@@ -41,6 +44,7 @@ __all__ = [
     "StoreCrashed",
     "StoreError",
     "StoreLocked",
+    "context_overflow",
 ]
 
 
@@ -105,6 +109,16 @@ class ProviderError(SteadError):
         self.retry_after = retry_after
 
 
+class CompactionFailed(SteadError):
+    """`agent.compact()` did not carry out the compaction: it was attempted and failed (the summary request
+    failed; the history is unchanged), or — `rejected` — nobody will run it (the agent was aborted, closed,
+    drained or is blocked here)."""
+
+    def __init__(self, message: str, *, rejected: bool = False) -> None:
+        super().__init__(message)
+        self.rejected = rejected
+
+
 class RunFailed(SteadError):
     """`agent.run(..., check=True)` found that the run failed. `result` is its `stead.RunResult` (the
     messages, the usage, `outcome`, `error`); `run_id` and `error` are copied from it."""
@@ -128,3 +142,36 @@ class DefinitionError(ConfigurationError):
         super().__init__(f"{where}{message}")
         self.path = path
         self.line = line
+
+
+CONTEXT_TOO_LONG = re.compile(
+    r"context[_ ]length|context window|prompt is too long|maximum context|too many tokens|"
+    r"input is too long|exceeds? the (?:model'?s? )?(?:maximum )?context",
+    re.IGNORECASE,
+)
+"""What a provider's "the context does not fit" error says (OpenAI, Anthropic, llama.cpp, vLLM)."""
+
+
+def context_overflow(error: BaseException) -> int | bool:
+    """Whether a provider error says the request does not fit the model's context window (OpenAI
+    `context_length_exceeded`, Anthropic "prompt is too long", llama.cpp "exceeds the available context
+    size"): False when it does not; the window it names when the message gives one (`maximum context length
+    is 8192 tokens`, `> 200000 maximum`, `context size (4096 tokens)`); else True. Used by the kernel's
+    overflow recovery (K1)."""
+    if not isinstance(error, ProviderError) or error.retryable:
+        return False
+    text = str(error)
+    if not (CONTEXT_TOO_LONG.search(text) or "context too long" in text or "context size" in text):
+        return False
+    for pattern in _WINDOW_RES:
+        m = pattern.search(text)
+        if m:
+            return int(m.group(1).replace(",", ""))
+    return True
+
+
+_WINDOW_RES = (
+    re.compile(r"maximum context length is ([\d,]+)", re.IGNORECASE),
+    re.compile(r"> ?([\d,]+) maximum", re.IGNORECASE),
+    re.compile(r"context (?:size|window|length)[^\d]{0,20}\(?([\d,]+) tokens", re.IGNORECASE),
+)

@@ -70,12 +70,16 @@ Block: TypeAlias = Text | Reasoning | ToolCall | ToolResult
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage of one inference, and its cost in USD when the model's prices are known."""
+    """Token usage of one inference, and its cost in USD when the model's prices are known.
+
+    `estimated` is True when the server reported no usage and stead counted the tokens itself (offline,
+    `stead.core.tokens`): the numbers are then an estimate, shown as such (`~1,234`), never as 0."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     cost: float | None = None
+    estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +143,15 @@ def decode_block(data: dict[str, Any]) -> Block:
 
 
 def encode_usage(usage: Usage) -> list[Any]:
-    """Stored form of a usage record."""
+    """Stored form of a usage record (a fifth element `1` marks an estimate; older records have four)."""
+    if usage.estimated:
+        return [usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost, 1]
     return [usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost]
 
 
 def decode_usage(data: list[Any]) -> Usage:
     """Inverse of `encode_usage`."""
-    return Usage(int(data[0]), int(data[1]), int(data[2]), data[3])
+    return Usage(int(data[0]), int(data[1]), int(data[2]), data[3], len(data) > 4 and bool(data[4]))
 
 
 def dumps(value: Any) -> str:

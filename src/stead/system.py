@@ -13,6 +13,7 @@ Acceptance (validation by plugins, group commit) lives in `stead._admission`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -28,7 +29,8 @@ from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import DefinitionSource, IncomingMessage, Migrations, RealtimeSessionHandle, RealtimeSource
 from stead._runs import Run, RunReader
 from stead.agent import Agent
-from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
+from stead.core.config import PERMISSION_MODES, AgentConfig, ContextPolicy, Env, QueueMode, RetryPolicy
+from stead.core.expire import RECALL_TOOL, recall_tool
 from stead.core.hooks import HookContext, Hooks, HookSet
 from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, inside_agent
@@ -196,12 +198,19 @@ class AgentSystem:
         extra: dict[str, Any] | None = None,
         definition: str | None = None,
         data: dict[str, Any] | None = None,
+        context_window: int | None = None,
+        context: ContextPolicy | Mapping[str, Any] | None = None,
     ) -> Agent:
         """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten.
 
         `definition="name"` builds it from a definition of the registry given to `stead.open(definitions=)`
         (any plugin that is a `DefinitionSource`): its model, its instructions rendered with `data`, its
-        tools, its sub-agents (as tools) and limits."""
+        tools, its sub-agents (as tools) and limits.
+
+        `context_window=N` is the model's window in tokens (default: the catalog's); `context` the rest of
+        the context policy, as a `stead.ContextPolicy` or a mapping with the keys of a definition's
+        `context:` section (`window`, `reserve`, `keep_recent_tokens`, `compaction_model` — a model string
+        —, `expire_tool_results_after_turns`, `max_tool_result_chars`, `auto`). See docs/context.md."""
         self._check_open()
         if definition is not None:
             if provider is not None or model is not None or instructions or tools or extra:
@@ -210,13 +219,17 @@ class AgentSystem:
                     "the definition; do not pass them too"
                 )
             kwargs = self._definition_source().config_for(definition, data=data)
+            if context is not None or context_window is not None:
+                kwargs["context"] = {**dict(kwargs.get("context") or {}), **_context_items(context)}
+                if context_window is not None:
+                    kwargs["context"]["window"] = context_window
+            kwargs.setdefault("max_tool_result_chars", max_tool_result_chars)
             return await self.create(
                 agent_id=agent_id,
                 steering_mode=steering_mode,
                 send_mode=send_mode,
                 permission_mode=permission_mode,
                 max_tool_concurrency=max_tool_concurrency,
-                max_tool_result_chars=max_tool_result_chars,
                 **kwargs,
             )
         if data is not None:
@@ -234,6 +247,9 @@ class AgentSystem:
                 raise InvalidInput(f"queue mode must be 'one-at-a-time' or 'all', not {mode!r}")
         if permission_mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
+        policy, result_chars = self._context_policy(context, context_window)
+        if result_chars is not None:
+            max_tool_result_chars = result_chars
         config = AgentConfig(
             provider=provider,
             model=model,
@@ -246,6 +262,7 @@ class AgentSystem:
             max_tool_concurrency=max_tool_concurrency,
             max_tool_result_chars=max_tool_result_chars,
             extra=dict(extra or {}),
+            context=policy,
         )
         aid = agent_id or new_id()
         async with self.store.transaction() as tx:
@@ -254,6 +271,40 @@ class AgentSystem:
         rt = AgentRuntime(aid, config, self._env)
         self._runtimes[aid] = rt
         return Agent(self.admission, rt, self._approval_source)
+
+    def _context_policy(
+        self, context: ContextPolicy | Mapping[str, Any] | None, window: int | None
+    ) -> tuple[ContextPolicy, int | None]:
+        """The checked context policy (and a `max_tool_result_chars` it carries)."""
+        items = _context_items(context)
+        result_chars = items.pop("max_tool_result_chars", None)
+        if window is not None:
+            items["window"] = window
+        unknown = set(items) - set(ContextPolicy.__dataclass_fields__)
+        if unknown:
+            raise ConfigurationError(f"unknown context setting(s) {', '.join(sorted(unknown))}")
+        for key in ("window", "reserve", "keep_recent_tokens", "expire_tool_results_after_turns"):
+            value = items.get(key)
+            least = 0 if key == "expire_tool_results_after_turns" else 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ConfigurationError(
+                    f"context {key} must be an integer of at least {least}, not {value!r}"
+                )
+        w = items.get("window")
+        if w is not None and items.get("reserve") is not None and items["reserve"] >= w:
+            raise ConfigurationError(
+                f"context reserve ({items['reserve']}) must be less than the window ({w})"
+            )
+        chosen = items.get("compaction_model")
+        if isinstance(chosen, str | list):
+            items["compaction_model"] = self.router.resolve(chosen).settings()
+        elif chosen is not None and not (isinstance(chosen, dict) and "provider" in chosen):
+            raise ConfigurationError(f"context compaction_model must be a model string, not {chosen!r}")
+        if result_chars is not None and (isinstance(result_chars, bool) or not isinstance(result_chars, int)):
+            raise ConfigurationError(
+                f"context max_tool_result_chars must be an integer, not {result_chars!r}"
+            )
+        return ContextPolicy(**items), result_chars
 
     def _definition_source(self) -> DefinitionSource:
         for p in self._plugins:
@@ -494,6 +545,16 @@ class AgentSystem:
         return await self._approval_source().reject(approval_id, note=note, decided_by=decided_by)
 
 
+def _context_items(context: ContextPolicy | Mapping[str, Any] | None) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if isinstance(context, ContextPolicy):
+        return {k: v for k, v in dataclasses.asdict(context).items() if v is not None}
+    if not isinstance(context, Mapping):
+        raise ConfigurationError(f"context must be a stead.ContextPolicy or a mapping, not {context!r}")
+    return dict(context)
+
+
 def _register_tools(into: dict[str, Tool], tools: Iterable[Tool | Callable[..., Any]]) -> None:
     """Add tools by name; the same tool twice is kept once, two different tools of one name are refused."""
     for t in tools:
@@ -611,6 +672,7 @@ async def open_system(
     _register_tools(tool_map, tools)
     for p in plugins:
         _register_tools(tool_map, p.tools())
+    tool_map.setdefault(RECALL_TOOL, recall_tool())  # the kernel's built-in tool of expiration (K1)
     migrations = _collect_migrations(plugins, hook_list, dialect_of(url))
     store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
     router = ModelRouter(provider_map)
@@ -624,6 +686,7 @@ async def open_system(
     )
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
+    env.context_window = router.context_window
     system = AgentSystem(store, env, router, plugins, readonly=readonly)
     try:
         await system._start_plugins()

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import stead
 from stead.core.batch import IN_DOUBT_TEXT
+from stead.core.records import full_records
 from stead.messages import ToolCall, ToolResult, decode_block
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse, _events
 
@@ -52,6 +53,8 @@ N_AGENTS = 3
 TOOL_NAMES = ["plain_op", "durable_op", "tx_op", "recon_op", "gated_op"]
 RETRY = stead.RetryPolicy(max_attempts=3, base_delay=0.005, max_delay=0.02)
 IDLE_TIMEOUT = 30.0
+CONTEXT_WINDOW = 1500
+"""Small enough that long histories compact automatically (K1) during a seed."""
 Emit = Callable[[str], None]
 
 
@@ -157,6 +160,8 @@ def make_plan(seed: int) -> Plan:
                     mid = f"x{inc}t{t}k{counter}"  # refused: empty content (never written)
                     counter += 1
                     ops.append(Op("invalid", a, [(mid, "send", "   ")]))
+                elif rng.random() < 0.35:
+                    ops.append(Op("compact", a))  # a requested compaction (K1)
                 else:
                     ops.append(Op("sleep", a, delay=rng.choice([0.0, 0.005, 0.02, 0.08])))
             tasks.append(ops)
@@ -287,6 +292,8 @@ def _parse_step(step: str) -> tuple[str, int, int, str]:
 
 def respond(request: stead.ProviderRequest) -> ScriptedResponse:
     """Deterministic in the request (plus a per-process attempt counter that drives retried flaws)."""
+    if request.purpose == "compaction":
+        return ScriptedResponse(blocks=[stead.Text(f"summary of {len(request.messages[-1].text)} chars")])
     msgs = request.messages
     last = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
     if last < 0:
@@ -309,7 +316,8 @@ def respond(request: stead.ProviderRequest) -> ScriptedResponse:
         chunk, between = 7, 0.002
     else:
         blocks = [stead.Text(f"answer to {mid} at step {k}")]
-    resp = ScriptedResponse(blocks=blocks, chunk=chunk, delay_between=between)
+    # no usage reported: stead estimates it, so the agents' small windows trigger automatic compaction
+    resp = ScriptedResponse(blocks=blocks, chunk=chunk, delay_between=between, report_usage=False)
     if not flaw:
         return resp
     attempt_key = (request.agent_id, mid, k)
@@ -388,7 +396,12 @@ async def ensure_agents(system: stead.AgentSystem, plan: Plan) -> list[stead.Age
                 return await system.get(agent_id(j))
             except stead.AgentNotFound:
                 return await system.create(
-                    provider="scripted", model="m", tools=[*TOOL_NAMES], agent_id=agent_id(j), **cfg
+                    provider="scripted",
+                    model="m",
+                    tools=[*TOOL_NAMES],
+                    agent_id=agent_id(j),
+                    context_window=CONTEXT_WINDOW,
+                    **cfg,
                 )
 
         agents.append(await _retry_store(get_or_create))
@@ -445,6 +458,15 @@ async def drive(
                 emit(f"ABORT {a}")
                 await agent.abort()
                 emit(f"ABORTED {a}")
+                continue
+            if op.kind == "compact":
+                emit(f"COMPACT {a}")
+                try:
+                    await agent.compact()
+                except (stead.CompactionFailed, stead.Closed, stead.StoreError) as e:
+                    if isinstance(e, stead.StoreCrashed):
+                        raise
+                emit(f"COMPACTED {a}")
                 continue
             inputs = [stead.Input(text, id=mid, delivery=d) for mid, d, text in op.items]  # type: ignore[arg-type]
             for mid, _, _ in op.items:
@@ -560,8 +582,22 @@ def snapshot(db: Path) -> Snapshot:
         if "kv" in tables:
             for aid, k, v in conn.execute("SELECT agent_id, key, value FROM kv ORDER BY agent_id, key"):
                 kv[aid][k] = v
+            current: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for aid, rec in conn.execute("SELECT agent_id, record FROM history ORDER BY agent_id, seq"):
-                history[aid].append(json.loads(rec))
+                current[aid].append(json.loads(rec))
+            archive: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            if "history_archive" in tables:
+                for aid, cid, rec in conn.execute(
+                    "SELECT agent_id, compaction_id, record FROM history_archive ORDER BY agent_id, seq"
+                ):
+                    archive[aid].append((cid, rec))
+            for aid in set(current) | set(archive):
+                # K1: the invariants hold over every record the history ever held (archive + current);
+                # the current history alone must start with at most one compaction record
+                recs = current.get(aid, [])
+                if any(r["k"] == "c" for r in recs[1:]):
+                    history[aid].append({"k": "VIOLATION", "x": "a compaction record inside the history"})
+                history[aid].extend(full_records(archive.get(aid, []), recs))
     finally:
         conn.close()
     return Snapshot(kv, history)
@@ -587,8 +623,12 @@ def check_snapshot(snap: Snapshot, where: str, markers: Markers | None = None) -
     for j in range(N_AGENTS):
         aid = agent_id(j)
         kv, recs = snap.kv.get(aid, {}), snap.history.get(aid, [])
+        if any(r["k"] == "VIOLATION" for r in recs):
+            out.append(f"{where} {aid}: a compaction record inside the current history")
         users = Counter(r["id"] for r in recs if r["k"] == "u")
-        queued = Counter(json.loads(v)["id"] for k, v in kv.items() if k.startswith("q.") and v)
+        queued = Counter(
+            json.loads(v)["id"] for k, v in kv.items() if k.startswith("q.") and k != "q.compact" and v
+        )
         for a, mid in markers.accepted if markers is not None else ():
             if a == j and users[mid] + queued[mid] != 1:
                 out.append(
@@ -912,6 +952,7 @@ def _stats(snap: Snapshot, effects: list[tuple[int, str, str, str, str]], marker
         c["approved_ran"] += sum(1 for r in results if r.output == "gated_op done")
         c["rejected"] += sum(1 for r in results if r.output.startswith(("rejected by", "Rejected: the user")))
         c["failed_turns"] += sum(1 for r in recs if r["k"] == "s")
+        c["compactions"] += sum(1 for r in recs if r["k"] == "c")
     c["effects"] += len(effects)
     c["reran"] += len(effects) - len({e[3] for e in effects})
     c["refused"] += len(markers.refused)

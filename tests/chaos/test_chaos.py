@@ -27,6 +27,14 @@ async def test_chaos_seed(seed: int, tmp_path: Path) -> None:
     assert result.stats["messages"] > 0
 
 
+async def test_chaos_compacts_automatically_and_on_request(tmp_path: Path) -> None:
+    """The CI seeds exercise compaction (K1) — requested ones and automatic ones — under the kills."""
+    plans = [H.make_plan(s) for s in CI_SEEDS]
+    assert any(op.kind == "compact" for p in plans for inc in p.incarnations for t in inc for op in t)
+    result = await H.run_seed(3, tmp_path)
+    assert result.ok and result.stats["compactions"] > 0
+
+
 def test_plans_are_deterministic_per_seed() -> None:
     assert H.make_plan(7) == H.make_plan(7)
     assert H.make_plan(7) != H.make_plan(8)

@@ -228,10 +228,10 @@ def agents(
     out().print(table)
 
 
-async def _history(agent_id: str, db: str) -> list[stead.Message]:
+async def _history(agent_id: str, db: str, archived: bool = False) -> list[stead.Message]:
     async with inspect_db(db) as system:
         agent = await system.get(agent_id)
-        return await agent.history()
+        return await agent.history(include_archived=archived)
 
 
 @app.command(cls=SteadCommand, short_help="Print an agent's conversation.")
@@ -241,11 +241,17 @@ def history(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON list of messages with typed content blocks.")
     ] = False,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Include what compactions archived: every message, originals, summaries in place."
+        ),
+    ] = False,
 ) -> None:
     """Print an agent's conversation: messages, tool calls with arguments, and results.
 
     Reads the database without owning it, also while another process runs the agent."""
-    messages = execute(lambda: _history(agent_id, db))
+    messages = execute(lambda: _history(agent_id, db, archived))
     if as_json:
         typer.echo(json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False))
         return

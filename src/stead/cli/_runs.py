@@ -44,6 +44,16 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
 
 
+def _tokens(r: stead.Run) -> str:
+    """`in/out` tokens; `~1,234/~56` when stead estimated them (the server reported none); `?/?` when
+    nothing is known — never a false 0."""
+    if r.usage_unknown:
+        return "?/?"
+    if r.usage_estimated:
+        return f"~{r.input_tokens:,}/~{r.output_tokens:,}"
+    return f"{r.input_tokens}/{r.output_tokens}"
+
+
 def _cost(value: float) -> str:
     return f"${value:.4f}" if value else "—"
 
@@ -71,6 +81,8 @@ def _run_json(r: stead.Run) -> dict[str, Any]:
         "final_message": r.final_message,
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
+        "usage_estimated": r.usage_estimated,
+        "usage_unknown": r.usage_unknown,
         "cost": r.cost,
         "steps": [
             {
@@ -131,7 +143,7 @@ def runs_table(found: list[stead.Run]) -> Table:
             status,
             started,
             _seconds(r.duration),
-            f"{r.input_tokens}/{r.output_tokens}",
+            _tokens(r),
             _cost(r.cost),
         )
     return table
@@ -142,7 +154,7 @@ def _run_label(r: stead.Run) -> RichText:
     label.append(r.agent_name or r.agent_id, style="bold")
     label.append(f"  run {r.id}  ", style="dim")
     label.append(r.status, style=_STATUS_STYLE.get(r.status, ""))
-    label.append(f"  {_seconds(r.duration)}  tokens {r.input_tokens}/{r.output_tokens}  {_cost(r.cost)}")
+    label.append(f"  {_seconds(r.duration)}  tokens {_tokens(r)}  {_cost(r.cost)}")
     if r.restarts:
         label.append(f"  resumed ×{r.restarts}", style="yellow")
     if r.error:
@@ -165,9 +177,15 @@ def _step_label(st: stead.Step) -> RichText:
     label.append(f"  {_seconds(st.duration)}")
     usage = st.output.get("usage") if isinstance(st.output, dict) else None
     if isinstance(usage, dict):
-        label.append(f"  tokens {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}")
+        mark = "~" if usage.get("estimated") else ""
+        label.append(f"  tokens {mark}{usage.get('input_tokens', 0)}/{mark}{usage.get('output_tokens', 0)}")
         if usage.get("cost"):
             label.append(f"  {_cost(float(usage['cost']))}")
+    elif st.type == "prompt" and st.status != "running":
+        label.append("  tokens ?")
+    out = st.output
+    if st.type == "compaction" and isinstance(out, dict):
+        label.append(f"  ~{out.get('tokens_before', 0):,} → ~{out.get('tokens_after', 0):,} tokens")
     if st.error:
         label.append(f"  {one_line(st.error)}", style="red")
     return label

@@ -14,6 +14,7 @@ from typing import Any
 
 from stead.core import records as R
 from stead.core.batch import abort_batch
+from stead.core.compaction import reject_waiters
 from stead.core.consume import consumption_published, write_consumption
 from stead.core.events import BlockReset
 from stead.core.outcome import Outcome
@@ -73,6 +74,7 @@ async def commit_abort(st: AgentState, turn: Turn | None) -> None:
                 await st.hooks.response_tx(ctx, response_info(turn, "cancelled", ABORTED))
         aborted_calls = await abort_batch(st, tx)
         recs += aborted_calls
+        await tx.delete(st.id, R.COMPACT)  # K1: a requested compaction nobody will run is rejected
         # one `done: cancelled` for the cancelled turn, also when it was running its tool batch (X1)
         done_needed = turn is None or not turn.done_emitted or bool(aborted_calls)
         partial = turn is not None and turn.partial
@@ -82,6 +84,7 @@ async def commit_abort(st: AgentState, turn: Turn | None) -> None:
             if turn is not None:
                 consumption_published(st, turn)
             st.publish_records(consumed + recs)
+            reject_waiters(st, f"agent {st.id} was aborted before its compaction ran")
             if st.listening:
                 if partial:
                     st.emit(BlockReset())

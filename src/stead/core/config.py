@@ -13,11 +13,37 @@ from stead.providers.base import Provider
 from stead.store.base import Store
 from stead.tools._tool import Tool
 
-__all__ = ["PERMISSION_MODES", "AgentConfig", "Env", "RetryPolicy"]
+__all__ = ["PERMISSION_MODES", "AgentConfig", "ContextPolicy", "Env", "RetryPolicy"]
 
 PERMISSION_MODES = ("read_only", "workspace_write", "auto", "full_access")
 QueueMode = Literal["one-at-a-time", "all"]
 SETTING_NAMES = ("provider", "model", "effort", "permission_mode", "profile")
+
+
+@dataclass
+class ContextPolicy:
+    """How an agent keeps its conversation inside the model's window (K1, docs/context.md).
+
+    Every field is optional; what is unset is derived: `window` from the model catalog
+    (`context_window`); `reserve` = min(max output 20,000 + 13,000 margin, window / 4); `keep_recent_tokens`
+    = window / 4. `compaction_model` is the resolved `{"provider", "model"}` that writes summaries (default:
+    the agent's own model). `expire_tool_results_after_turns` = N replaces tool results older than N
+    responses by a stub in the provider context (the model can expand one again with the built-in
+    `recall_tool_result(call_id)` tool). `auto=False` turns the automatic trigger off (`agent.compact()` and
+    overflow recovery still work)."""
+
+    window: int | None = None
+    reserve: int | None = None
+    keep_recent_tokens: int | None = None
+    compaction_model: dict[str, Any] | None = None
+    expire_tool_results_after_turns: int | None = None
+    auto: bool = True
+
+    @staticmethod
+    def decode(raw: Any) -> ContextPolicy:
+        if isinstance(raw, ContextPolicy):
+            return raw
+        return ContextPolicy(**(raw or {}))
 
 
 @dataclass
@@ -36,13 +62,17 @@ class AgentConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     max_tool_result_chars: int = 100_000
     """Tool results longer than this are cut in the conversation (a tool's own `max_result_chars` wins)."""
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    """Context window management: compaction and expiration (`ContextPolicy`)."""
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @staticmethod
     def decode(raw: str) -> AgentConfig:
-        return AgentConfig(**json.loads(raw))
+        data = json.loads(raw)
+        data["context"] = ContextPolicy.decode(data.get("context"))
+        return AgentConfig(**data)
 
     def initial_settings(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model, "permission_mode": self.permission_mode}
@@ -81,3 +111,5 @@ class Env:
     max_payload_bytes: int = 1_000_000
     compatible: Callable[[dict[str, Any], dict[str, Any]], bool] = default_compatible
     resolve_provider: Callable[[dict[str, Any]], Provider | None] | None = None
+    context_window: Callable[[dict[str, Any]], int | None] | None = None
+    """The window of the model some settings name (the catalog's `context_window`), or None if unknown."""

@@ -19,6 +19,7 @@ __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",
     "BlockReset",
+    "Compacted",
     "Event",
     "MessageConsumed",
     "Settled",
@@ -95,6 +96,18 @@ class ApprovalDecided:
     type: Literal["approval_decided"] = "approval_decided"
 
 
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """A compaction replaced the history (K1): `reason` is `auto`, `requested` or `overflow`; tokens are
+    estimates of the provider context before and after."""
+
+    id: str
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    type: Literal["compacted"] = "compacted"
+
+
 Event: TypeAlias = (
     TextDelta
     | ReasoningDelta
@@ -109,4 +122,5 @@ Event: TypeAlias = (
     | Settled
     | ApprovalRequested
     | ApprovalDecided
+    | Compacted
 )

@@ -24,7 +24,7 @@ from stead.messages import Message, ToolCall, ToolResult, Usage
 from stead.store.base import Store, Tx
 from stead.tools._tool import Tool
 
-__all__ = ["HookContext", "Hooks", "ResponseInfo"]
+__all__ = ["CompactionInfo", "HookContext", "Hooks", "ResponseInfo"]
 
 log = logging.getLogger("stead.hooks")
 
@@ -67,6 +67,38 @@ class ResponseInfo:
     started_at: float
     first_token_at: float | None
     ended_at: float
+    error: str | None = None
+    purpose: str = "turn"
+    """`turn` (the agent's own inference) or `compaction` (a summary request of a compaction, K1)."""
+
+
+@dataclass(frozen=True)
+class CompactionInfo:
+    """One compaction (K1), as `before_compaction` / `compaction_tx` hooks and `agent.compact()` see it.
+
+    `evicted` are the messages that leave the provider context (replaced by the summary); `kept` what the
+    new history holds after the summary (shortened copies included). Tokens are estimates of the provider
+    context before and after (`stead.core.tokens`). `passes` lists what was done, cheapest first: `stub`
+    (old tool results cut to their first characters), `clamp` (records larger than a quarter of the window
+    cut), `summary` (a model-written summary of the previous summary plus the evicted records, by the
+    requests `summary_inference_ids`). `error` is set when the compaction failed (the history unchanged)."""
+
+    id: str
+    reason: str
+    """`auto` (the next request would exceed window − reserve), `requested` (`agent.compact()`) or
+    `overflow` (the provider said the context is too long)."""
+    tokens_before: int
+    tokens_after: int
+    records_before: int
+    records_after: int
+    passes: tuple[str, ...] = ()
+    evicted: tuple[Message, ...] = ()
+    kept: tuple[Message, ...] = ()
+    previous_summary: str | None = None
+    summary: str | None = None
+    summary_inference_ids: tuple[str, ...] = ()
+    started_at: float = 0.0
+    ended_at: float = 0.0
     error: str | None = None
 
 
@@ -128,6 +160,16 @@ class Hooks:
         """`system.delete` is removing the agent (its row, keys and history) in `ctx.tx`: a layer that keeps
         rows about the agent deletes them here, so they go exactly when the agent does."""
 
+    async def before_compaction(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+        """Transactional: a compaction is about to replace the history (K1). Runs inside the replacement
+        transaction (`ctx.tx`), before the history is archived and rewritten, with every record that leaves
+        the provider context in `compaction.evicted` — act on them here (e.g. extract facts into your own
+        tables); raising rolls the whole replacement back (the compaction fails, nothing changes)."""
+
+    async def compaction_tx(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+        """Transactional: a compaction ended — carried out (in its replacement transaction, after the
+        history was replaced) or failed (`compaction.error`, in the transaction recording the failure)."""
+
     # -- decisions ---------------------------------------------------------------------------------
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         """The tool names offered to the model — and allowed to run — for this run (default: the agent's
@@ -169,6 +211,8 @@ HOOK_METHODS = (
     "call_decided_tx",
     "settled_tx",
     "agent_deleted_tx",
+    "before_compaction",
+    "compaction_tx",
     "offered_tools",
     "model_changed",
     "before_inference",
@@ -205,6 +249,8 @@ class HookSet:
         self._call_decided_tx = self._by["call_decided_tx"]
         self._settled_tx = self._by["settled_tx"]
         self._agent_deleted_tx = self._by["agent_deleted_tx"]
+        self._before_compaction = self._by["before_compaction"]
+        self._compaction_tx = self._by["compaction_tx"]
         self._offered_tools = self._by["offered_tools"]
         self._model_changed = self._by["model_changed"]
         self._before_inference = self._by["before_inference"]
@@ -271,6 +317,14 @@ class HookSet:
     async def agent_deleted_tx(self, ctx: HookContext) -> None:
         for h in self._agent_deleted_tx:
             await h.agent_deleted_tx(ctx)
+
+    async def before_compaction(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+        for h in self._before_compaction:
+            await h.before_compaction(ctx, compaction)
+
+    async def compaction_tx(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+        for h in self._compaction_tx:
+            await h.compaction_tx(ctx, compaction)
 
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         for h in self._offered_tools:

@@ -17,14 +17,18 @@ import time
 from typing import Any
 
 from stead._ids import new_id
+from stead.core import records as R
 from stead.core.batch import dispatch, run_batch
+from stead.core.compaction import OVERFLOW_KEY, context_tokens, write_state
 from stead.core.consume import apply_settings
 from stead.core.events import BlockReset
+from stead.core.expire import expire
 from stead.core.records import Pending, Queued
-from stead.core.response import commit_end, commit_held, commit_partial, fail
+from stead.core.response import commit_end, commit_held, commit_partial, fail, response_info
 from stead.core.state import AgentState, Turn
-from stead.errors import ProviderError, StoreError
-from stead.messages import Message, Text, ToolCall, decode_block
+from stead.core.tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
+from stead.errors import ProviderError, StoreError, context_overflow
+from stead.messages import Message, Text, ToolCall, Usage, decode_block, dumps, encode_block
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -91,6 +95,11 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         request = _request(st, turn, settings)
         reason, error = await _stream(st, turn, provider, request)
     except ProviderError as e:
+        limit = context_overflow(e)
+        if limit is not False and not turn.held and not turn.partial and not turn.consumed:
+            # K1 overflow recovery: nothing of this response was kept, so this is still the boundary before
+            # it; compact aggressively (once per run) and retry under a fresh inference id
+            return await _overflow(st, turn, e, None if isinstance(limit, bool) else limit)
         if e.retryable and st.attempt + 1 < st.env.retry.max_attempts:
             st.attempt += 1
             await commit_partial(st, turn)
@@ -117,7 +126,78 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
     st.attempt = 0  # only a complete response resets the retry budget
     if reason in ("error", "cancelled"):
         return await fail(st, turn, error or f"the model's response ended with {reason!r}")
+    if turn.usage is None:
+        turn.usage = _estimated_usage(st, turn, request)
     return await _finish(st, turn, reason)
+
+
+def _estimated_usage(st: AgentState, turn: Turn, request: ProviderRequest) -> Usage:
+    """The server reported no usage: estimate it (flagged `estimated`), never record 0. The input is the
+    previous measurement plus what was appended since (`context_tokens`), or the whole request."""
+    out = sum(estimate_record({"k": "b", "b": encode_block(b)}) for b in turn.held)
+    if st.records:
+        inp = context_tokens(st, turn.pending, turn.take)
+    else:
+        inp = estimate_text(request.instructions) + estimate_tools(request.tools)
+        inp += estimate_messages(request.messages)
+    return Usage(inp, out, 0, None, True)
+
+
+async def _overflow(st: AgentState, turn: Turn, error: ProviderError, window: int | None) -> bool:
+    """The provider said the request does not fit. The first time in a run: enter the compaction stage
+    (reason `overflow`) with the failed request recorded and its id retired. Again in the same run: the
+    turn fails with a note naming the largest record."""
+    async with st.env.store.transaction() as tx:
+        used = await tx.get(st.id, OVERFLOW_KEY)
+        if used is None:
+            pending = turn.pending.but(stage="compaction", compaction="overflow")
+            await tx.write(st.id, OVERFLOW_KEY, dumps(window or 0))
+            await tx.write(st.id, R.PENDING, pending.encode())
+            learned = window or st.learned_window
+            if learned != st.learned_window:
+                # the server named its window: automatic compaction uses it from now on
+                await write_state(st, tx, st.compaction_failures, learned)
+            if st.hooks.wants("response_tx"):
+                ctx = st.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
+                await st.hooks.response_tx(ctx, response_info(turn, "error", str(error)))
+
+            def published() -> None:
+                st.pending = pending
+                st.learned_window = learned
+
+            tx.after_commit(published)
+    if used is None:
+        st.turn = None
+        return True
+    return await fail(st, turn, f"{error}; {_largest(st, turn)}")
+
+
+def _largest(st: AgentState, turn: Turn) -> str:
+    """A note naming the record that takes most of the context (what still does not fit)."""
+    recs = list(st.records or []) + [q.history_record() for q in turn.take]
+    if not recs:
+        return "the conversation is empty: the instructions and tools alone do not fit"
+    names: dict[str, str] = {}
+    best, best_n = recs[0], -1
+    for rec in recs:
+        if rec.get("k") == "b" and rec["b"].get("t") == "c":
+            names[str(rec["b"].get("i"))] = str(rec["b"].get("n"))
+        n = estimate_record(rec)
+        if n > best_n:
+            best, best_n = rec, n
+    kind = best.get("k")
+    if kind == "t":
+        cid = str(best["b"].get("i"))
+        what = f"the result of {names.get(cid, 'a tool')} (call {cid})"
+    elif kind == "u":
+        what = f"the {best.get('r', 'user')} message {best.get('id')}"
+    elif kind == "b":
+        what = f"an assistant block of response {best.get('i')}"
+    else:
+        what = "a system note"
+    return (
+        f"it still does not fit after compacting once: the largest record is {what}, about {best_n:,} tokens"
+    )
 
 
 async def _finish(st: AgentState, turn: Turn, reason: str) -> bool:
@@ -142,6 +222,9 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRe
         Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata) for q in turn.take
     ]
     history = st.messages() if not turn.reset else []
+    after = st.config.context.expire_tool_results_after_turns
+    if after is not None and history:
+        history = expire(history, after)
     if turn.reset and turn.handoff is not None:
         history = [Message("system", [Text(turn.handoff)])]
     specs = []

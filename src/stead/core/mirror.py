@@ -35,6 +35,10 @@ class Mirror:
         self._builder: MessageBuilder | None = None
         self._messages: list[Message] | None = None
         self._settings: dict[str, Any] | None = None
+        self.compaction_failures = 0
+        """Consecutive failed compactions (the circuit breaker, K1), as committed."""
+        self.learned_window: int | None = None
+        """The window a provider's "context too long" error named (used when nothing else says it)."""
 
     @property
     def active(self) -> bool:
@@ -69,14 +73,21 @@ class Mirror:
         records = [json.loads(r) for r in raw]
         settings_raw = await tx.get(agent_id, R.SETTINGS)
         settings = json.loads(settings_raw) if settings_raw else self.config.initial_settings()
+        breaker = json.loads(await tx.get(agent_id, R.COMPACTION) or "{}")
+        failures = int(breaker.get("fails", 0))
+        learned = breaker.get("window")
 
         def publish() -> None:
             self._set_records(records)
             self._settings = settings
+            self.compaction_failures = failures
+            self.learned_window = learned
 
         tx.after_commit(publish)
         self._set_records(records)
         self._settings = settings
+        self.compaction_failures = failures
+        self.learned_window = learned
 
     def _set_records(self, records: list[dict[str, Any]]) -> None:
         if records is self._records:

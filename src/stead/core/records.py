@@ -1,9 +1,12 @@
 """The kernel's durable layout: per-agent keys, the pending record, and history records.
 
 Keys (per agent, sorted):
-    pending                       present iff the agent owes work (the one liveness signal, R1)
+    pending                       present iff the agent owes work (the one liveness signal, R1); stage
+                                  `inference`, `tools` or `compaction` (with the compaction's reason)
     msg.<id>                      acceptance identity: a repeated id is ignored (A3)
     q.<kind>.<slot:014>.<seq:06>  queued input; kind is `steer` or `send` (C2)
+    q.compact                     a requested compaction (`agent.compact()`), until carried out or rejected
+    compaction                    consecutive failed compactions (the circuit breaker, K1)
     settings                      effective per-message settings (C3)
     usage                         the last inference's usage (S4)
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
@@ -15,6 +18,11 @@ History records (JSON, append-only):
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
     {"k":"e","run":run id,"o":outcome[,"x":error]}                      the end of a run (settlement)
+    {"k":"c","id":compaction id,"n":records written,[,"x":summary],...} the first record after a compaction
+
+A compaction (`stead.core.compaction`) moves the whole history to the archive and writes `[c, *kept]`;
+`n` counts those records, so the archive plus the current history give back every record in its original
+order (`full_records`). A kept record a compaction shortened carries `"cut"` (the original's length).
 
 The end-of-run record and the run id on consumed input are the kernel's durable link message → run →
 outcome (`stead.core.results`); they are not part of the conversation: `build_messages` skips end records
@@ -41,7 +49,16 @@ from stead.messages import (
     dumps,
 )
 
-__all__ = ["PENDING", "MessageBuilder", "Pending", "Queued", "build_messages", "end_record", "queue_key"]
+__all__ = [
+    "PENDING",
+    "MessageBuilder",
+    "Pending",
+    "Queued",
+    "build_messages",
+    "end_record",
+    "full_records",
+    "queue_key",
+]
 
 PENDING = "pending"
 SETTINGS = "settings"
@@ -52,6 +69,9 @@ SEND = "q.send."
 TOOL = "tool."
 CALL_KV = "kv.c."
 RUN_KV = "kv.r."
+COMPACT = "q.compact"
+COMPACTION = "compaction"
+SUMMARY_HEADING = "Summary of the earlier conversation (older messages were compacted):"
 
 
 def msg_key(message_id: str) -> str:
@@ -68,24 +88,27 @@ def tool_key(index: int, call_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The durable "owes work" record. `inference` is set when a response is owed (R2)."""
+    """The durable "owes work" record. `inference` is set when a response is owed (R2). In stage
+    `compaction`, `compaction` is why (`auto`, `requested`, `overflow`)."""
 
     stage: str
     run_id: str
     turn_id: str | None = None
     inference_id: str | None = None
     activated_at: float = 0.0
+    compaction: str | None = None
 
     def encode(self) -> str:
-        return dumps(
-            {
-                "st": self.stage,
-                "run": self.run_id,
-                "turn": self.turn_id,
-                "inf": self.inference_id,
-                "at": self.activated_at,
-            }
-        )
+        d: dict[str, Any] = {
+            "st": self.stage,
+            "run": self.run_id,
+            "turn": self.turn_id,
+            "inf": self.inference_id,
+            "at": self.activated_at,
+        }
+        if self.compaction is not None:
+            d["cm"] = self.compaction
+        return dumps(d)
 
     @staticmethod
     def decode(raw: str | None) -> Pending | None:
@@ -94,7 +117,9 @@ class Pending:
             return None
         try:
             d = json.loads(raw)
-            return Pending(str(d["st"]), str(d["run"]), d.get("turn"), d.get("inf"), float(d.get("at", 0.0)))
+            return Pending(
+                str(d["st"]), str(d["run"]), d.get("turn"), d.get("inf"), float(d.get("at", 0.0)), d.get("cm")
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -177,7 +202,10 @@ class MessageBuilder:
             return  # the end of a run: not part of the conversation
         else:
             self._flush()
-            if kind == "u":
+            if kind == "c":
+                if rec.get("x"):
+                    self._out.append(summary_message(rec))
+            elif kind == "u":
                 self._out.append(
                     Message(
                         rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"], metadata=rec.get("m")
@@ -201,6 +229,37 @@ class MessageBuilder:
         if self._results:
             out.append(Message("tool", list(self._results)))
         return out
+
+
+def summary_message(rec: dict[str, Any]) -> Message:
+    """The conversation's view of a compaction record with a summary: one system message."""
+    return Message(
+        "system",
+        [Text(f"{SUMMARY_HEADING}\n\n{rec['x']}")],
+        metadata={"stead.compaction": rec.get("id")},
+    )
+
+
+def full_records(archive: list[tuple[str, str]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every record the agent's history ever held, in order: the archived records followed by the current
+    ones, each original once (the copies a compaction kept, possibly shortened, are replaced by their
+    originals; each compaction's `c` record stands where the compaction happened)."""
+    if not archive:
+        return list(current)
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
+    for cid, raw in archive:
+        if not groups or groups[-1][0] != cid:
+            groups.append((cid, []))
+        groups[-1][1].append(json.loads(raw))
+    out = list(groups[0][1])
+    for (prev, _), recs in zip(groups, [g[1] for g in groups[1:]] + [current], strict=True):
+        head = recs[0] if recs else None
+        if head is not None and head.get("k") == "c" and head.get("id") == prev:
+            out.append(head)
+            out.extend(recs[int(head.get("n", 1)) :])
+        else:  # the history was reset (K2) after that compaction: nothing of it was kept
+            out.extend(recs)
+    return out
 
 
 def build_messages(records: list[dict[str, Any]]) -> list[Message]:

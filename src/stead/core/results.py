@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.core.outcome import Outcome
-from stead.core.records import build_messages
+from stead.core.records import build_messages, full_records
 from stead.messages import Message, Usage
 from stead.store.base import Tx
 
@@ -56,16 +56,18 @@ class RunState:
 def _usage(messages: list[Message]) -> Usage:
     inp = out = cached = 0
     cost: float | None = None
+    estimated = False
     for m in messages:
         u = m.usage
         if u is None:
             continue
+        estimated = estimated or u.estimated
         inp += u.input_tokens
         out += u.output_tokens
         cached += u.cached_tokens
         if u.cost is not None:
             cost = (cost or 0.0) + u.cost
-    return Usage(inp, out, cached, cost)
+    return Usage(inp, out, cached, cost, estimated)
 
 
 def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None:
@@ -79,7 +81,7 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
         if kind == "e":
             if consumed and (run_id is None or rec.get("run") == run_id):
                 end_run = str(rec.get("run"))
-                messages = build_messages(records[start:i])
+                messages = build_messages([r for r in records[start:i] if r.get("k") != "c"])
                 text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
                 outcome = Outcome(str(rec.get("o", Outcome.COMPLETED.value)))
                 result = RunResult(
@@ -87,6 +89,8 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
                 )
                 return RunState(end_run, result)
             start = i + 1
+        elif kind == "c":
+            continue  # a compaction's summary: not part of any run's messages
         elif kind == "u" and not consumed and rec.get("id") == message_id:
             consumed = True
             run_id = rec.get("run")
@@ -96,8 +100,17 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
 
 
 async def read_run_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:
-    """`run_state` over the committed history of `agent_id`, read inside `tx`."""
-    return run_state([json.loads(r) for r in await tx.load(agent_id)], message_id)
+    """`run_state` over the committed history of `agent_id`, read inside `tx` — with the records earlier
+    compactions archived when the message is not in the current history (K1: a compaction never loses a
+    run's result)."""
+    current = [json.loads(r) for r in await tx.load(agent_id)]
+    state = run_state(current, message_id)
+    if state is not None and state.result is not None:
+        return state
+    archive = await tx.load_archive(agent_id)
+    if not archive:
+        return state
+    return run_state(full_records(archive, current), message_id)
 
 
 def waiting_result(records: list[dict[str, Any]], message_id: str) -> RunResult | None:

@@ -31,6 +31,7 @@ from stead.core import records as R
 from stead.core.abort import after_abort
 from stead.core.admission import Inbound, accept
 from stead.core.batch import decode_batch, run_batch
+from stead.core.compaction import at_boundary, compaction_stage, due, reject_waiters
 from stead.core.config import AgentConfig, Env
 from stead.core.consume import apply_settings, plan
 from stead.core.decide import reject_for_steer
@@ -187,6 +188,10 @@ class AgentRuntime(AgentState):
             if self.pending is not None and not self._stopped and not self.aborting and not self.waiting:
                 # work was accepted (or a held call decided) after the loop decided to stop: never strand it
                 self.wake()
+            elif self.compaction_waiters and self._loop_task is None:
+                # K1: a compaction nobody will run here (drained, closed, blocked, settled) is rejected
+                why = self.blocked or ("it is closed" if self.closed else "it stopped")
+                reject_waiters(self, f"agent {self.id} will not run the compaction here: {why}")
 
     async def _stage(self) -> bool:
         """Read durable state and run the next stage. Returns whether the loop should continue."""
@@ -203,7 +208,9 @@ class AgentRuntime(AgentState):
             restored = self.restored
             if restored and self.hooks.wants("activated_tx"):
                 await self.hooks.activated_tx(self.hook_ctx(tx, pending, restored=True))
-            queued = [Queued.decode(k, v) for k, v in await tx.read_prefix(self.id, R.QUEUE) if v]
+            raw_queue = await tx.read_prefix(self.id, R.QUEUE)
+            requested = any(k == R.COMPACT for k, _ in raw_queue)
+            queued = [Queued.decode(k, v) for k, v in raw_queue if v and k != R.COMPACT]
             entries = await tx.read_prefix(self.id, R.TOOL) if pending.stage == "tools" else []
             if restored:
                 announced = pending
@@ -228,9 +235,14 @@ class AgentRuntime(AgentState):
                     tx.after_commit(self._mark_waiting)
                     return False
                 steer_rejects = True
-            elif pending.stage != "tools":
+            elif pending.stage not in ("tools", "compaction"):
                 take = plan(self, pending, queued)
-                if take is None:
+                reason = self._compaction_due(pending, take, requested)
+                if reason is not None:
+                    # K1: a safe boundary; the decision is durable (R2: pending compaction runs first)
+                    pending = pending.but(stage="compaction", compaction=reason)
+                    await tx.write(self.id, R.PENDING, pending.encode())
+                elif take is None:
                     error = self.last_error
                     await settle_in(self, tx, pending, Outcome.FAILED if error else Outcome.COMPLETED, error)
                     return False
@@ -242,6 +254,10 @@ class AgentRuntime(AgentState):
         if pending.stage == "tools":
             await run_batch(self, pending, decode_batch(entries), gates)
             return True
+        if pending.stage == "compaction":
+            if self.draining:
+                return False  # X4: the summary would be a provider request; the stage stays durable
+            return await compaction_stage(self, pending)
         if self.draining or take is None:
             return False  # X4: stop before the next provider request
         settings = apply_settings(self, take)[0]
@@ -258,6 +274,19 @@ class AgentRuntime(AgentState):
         """After the stage's read: every unanswered call is held; published while the store lock was held,
         so a decision committed after this read always finds the flag set and wakes the agent."""
         self.waiting = True
+
+    def _compaction_due(self, pending: Pending, take: list[Queued] | None, requested: bool) -> str | None:
+        """K1: why to compact now (`requested`, `auto`), or None — only at a safe boundary."""
+        if not at_boundary(self, pending):
+            return None
+        if requested:
+            return "requested"
+        if take is None:
+            return None  # nothing owed: the run settles, and the next one measures before its first request
+        settings, reset = apply_settings(self, take)
+        if reset:
+            return None  # K2: the conversation is about to be reset anyway
+        return "auto" if due(self, pending, take, settings) else None
 
     def _announce_restored(self, pending: Pending) -> None:
         self.restored = False

@@ -28,6 +28,9 @@ from stead.tools.context import CallKV
 
 __all__ = ["AgentState", "Turn", "inside_agent"]
 
+RECALL = "recall_tool_result"
+"""The built-in tool that expands an expired tool result (`stead.core.expire`)."""
+
 inside_agent: ContextVar[str | None] = ContextVar("stead_inside_agent", default=None)
 """The id of the agent whose loop (or tool) the current task runs in."""
 
@@ -79,6 +82,8 @@ class AgentState(Mirror):
         self.awaiting_calls: set[str] = set()  # running calls that wait for input from outside
         self.waiting = False  # every unanswered call of the batch is held for a decision
         self.background: set[asyncio.Task[None]] = set()
+        # `agent.compact()` callers waiting for the compaction this agent owes (stead.core.compaction)
+        self.compaction_waiters: list[asyncio.Future[Any]] = []
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._hook_events = env.hooks.wants("on_event")
 
@@ -117,10 +122,15 @@ class AgentState(Mirror):
         )
 
     def offered_tools(self, pending: Pending | None) -> list[str]:
-        """The tools this run offers to the model and allows to run (the `offered_tools` hook's view)."""
+        """The tools this run offers to the model and allows to run (the `offered_tools` hook's view). An
+        agent whose old tool results expire is offered the built-in `recall_tool_result` too."""
+        tools = self.config.tools
+        expiring = self.config.context.expire_tool_results_after_turns is not None
+        if expiring and RECALL not in tools and RECALL in self.env.tools:
+            tools = [*tools, RECALL]
         if not self.hooks.wants("offered_tools"):
-            return self.config.tools
-        return self.hooks.offered_tools(self.hook_ctx(None, pending), list(self.config.tools))
+            return tools
+        return self.hooks.offered_tools(self.hook_ctx(None, pending), list(tools))
 
     # ------------------------------------------------------------------ observers
     @property

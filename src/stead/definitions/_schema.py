@@ -19,7 +19,14 @@ from stead.mcp._config import McpServer
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits", "NarrationSettings", "Permissions", "RealtimeSettings"]
+__all__ = [
+    "AgentDefinition",
+    "ContextSection",
+    "Limits",
+    "NarrationSettings",
+    "Permissions",
+    "RealtimeSettings",
+]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -76,6 +83,31 @@ class Permissions(BaseModel):
     allow: list[str] = Field(default_factory=list)
     ask: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
+
+
+class ContextSection(BaseModel):
+    """How the agent keeps its conversation inside the model's window (docs/context.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int | None = Field(default=None, ge=256)
+    """The model's window in tokens (default: the catalog's `context_window`)."""
+    reserve: int | None = Field(default=None, ge=0)
+    """Tokens kept free for the answer: compact when a request would exceed window − reserve."""
+    keep_recent_tokens: int | None = Field(default=None, ge=1)
+    """Recent history kept verbatim after a summary (default: a quarter of the window)."""
+    compaction_model: str | None = None
+    """A model string of the one grammar that writes the summaries (default: the agent's own model)."""
+    expire_tool_results_after_turns: int | None = Field(default=None, ge=0)
+    """Tool results older than this many responses become stubs (`recall_tool_result` expands them)."""
+    max_tool_result_chars: int | None = Field(default=None, ge=1)
+    """Tool results longer than this are cut when they enter the conversation."""
+
+    @pydantic.model_validator(mode="after")
+    def _reserve_fits(self) -> ContextSection:
+        if self.window is not None and self.reserve is not None and self.reserve >= self.window:
+            raise ValueError(f"reserve ({self.reserve}) must be less than the window ({self.window})")
+        return self
 
 
 class NarrationSettings(BaseModel):
@@ -158,6 +190,7 @@ class AgentDefinition(BaseModel):
     """Rules over the permission-mode policy for this agent's tool calls (docs/approvals.md)."""
     mcp: list[McpServer] = Field(default_factory=list)
     """MCP servers whose tools this agent is offered as `SERVER__TOOL` (docs/mcp.md)."""
+    context: ContextSection = Field(default_factory=ContextSection)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 

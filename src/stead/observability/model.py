@@ -17,18 +17,21 @@ _RUN_COLS = (
     "id, agent_id, agent_name, parent_run_id, parent_step_id, session_id, conversation_id, status, "
     "started_at, completed_at, error, final_message, input_tokens, output_tokens, cached_tokens, cost, "
     "child_input_tokens, child_output_tokens, child_cached_tokens, child_cost, iterations, restarts, "
-    "breadcrumb"
+    "breadcrumb, "
+    "(SELECT COALESCE(MAX(s.estimated), 0) FROM run_steps s WHERE s.run_id = runs.id AND s.type = 'prompt'), "
+    "(SELECT COUNT(s.input_tokens) FROM run_steps s WHERE s.run_id = runs.id AND s.type = 'prompt')"
 )
 _STEP_COLS = (
     "id, run_id, number, type, name, status, started_at, completed_at, target, target_run_id, "
     "target_log_id, parent_step_id, error, input_json, output_json, reason, input_tokens, output_tokens, "
-    "cached_tokens, cost"
+    "cached_tokens, cost, estimated"
 )
 
 
 def _run(row: tuple[Any, ...], steps: list[Step] | None = None, children: list[Run] | None = None) -> Run:
     (rid, aid, name, prun, pstep, session, conv, status, started, completed, error, final) = row[:12]
-    inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, breadcrumb = row[12:]
+    inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, breadcrumb = row[12:23]
+    estimated, measured = (row[23], row[24]) if len(row) > 24 else (0, 1)
     return Run(
         id=rid,
         agent_id=aid,
@@ -53,6 +56,8 @@ def _run(row: tuple[Any, ...], steps: list[Step] | None = None, children: list[R
         iterations=int(iterations),
         restarts=int(restarts),
         breadcrumb=breadcrumb,
+        usage_estimated=bool(estimated),
+        usage_unknown=int(iterations) > 0 and not measured,
         steps=steps if steps is not None else [],
         children=children if children is not None else [],
     )
@@ -79,6 +84,8 @@ def _prompt_output(row: tuple[Any, ...]) -> Any:
             "cached_tokens": int(cached),
             "cost": cost,
         }
+        if len(row) > 20 and row[20]:
+            output["usage"]["estimated"] = True
     return output
 
 

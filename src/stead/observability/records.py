@@ -23,7 +23,7 @@ from typing import Any
 
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.hooks import CompactionInfo, HookContext, Hooks, ResponseInfo
 from stead.core.outcome import Outcome
 from stead.messages import Text, ToolCall, ToolResult, Usage
 from stead.store.base import Tx
@@ -134,6 +134,10 @@ MIGRATIONS: list[str] = [
         completed_at,
         attempts
     FROM run_steps WHERE type = 'prompt'
+    """,
+    # 2: a prompt step whose usage stead estimated (the server reported none): shown as `~1,234`
+    """
+    ALTER TABLE run_steps ADD COLUMN estimated INTEGER
     """,
 ]
 
@@ -495,6 +499,16 @@ class RunRecorder(Hooks):
             await ctx.tx.execute("UPDATE runs SET final_message = ? WHERE id = ?", (block.text, ctx.run_id))
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
+        await self._prompt(ctx, info)
+        if ctx.tx is not None and ctx.run_id is not None and info.usage is not None and info.usage.estimated:
+            # the server reported no usage: stead's estimate, shown as `~1,234` (one more statement, only
+            # for such servers)
+            await ctx.tx.execute(
+                "UPDATE run_steps SET estimated = 1 WHERE run_id = ? AND id = ?",
+                (ctx.run_id, info.inference_id),
+            )
+
+    async def _prompt(self, ctx: HookContext, info: ResponseInfo) -> None:
         tx, run_id = ctx.tx, ctx.run_id
         if tx is None or run_id is None:
             return
@@ -640,6 +654,38 @@ class RunRecorder(Hooks):
             "UPDATE runs SET status = 'running' WHERE id = ? AND status = 'awaiting_input' AND NOT EXISTS "
             "(SELECT 1 FROM run_steps WHERE run_id = ? AND status = 'awaiting_input')",
             (ctx.run_id, ctx.run_id),
+        )
+
+    # -- compaction (K1) -------------------------------------------------------------------------
+    async def compaction_tx(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+        """A `compaction` step: tokens before and after, what was done; its `target_log_id` is the (last)
+        summary request's prompt step, whose tokens and cost roll up like any other prompt's."""
+        tx, run_id = ctx.tx, ctx.run_id
+        if tx is None or run_id is None:
+            return
+        c = compaction
+        await record_step(
+            tx,
+            run_id,
+            "compaction",
+            "compaction",
+            status="failed" if c.error else "completed",
+            target=c.reason,
+            target_log_id=c.summary_inference_ids[-1] if c.summary_inference_ids else None,
+            input={"reason": c.reason, "tokens_before": c.tokens_before, "records_before": c.records_before},
+            output={
+                "tokens_before": c.tokens_before,
+                "tokens_after": c.tokens_after,
+                "records_after": c.records_after,
+                "passes": list(c.passes),
+                "evicted_messages": len(c.evicted),
+                "summary_chars": len(c.summary or ""),
+                "estimated": True,
+            },
+            error=c.error,
+            started_at=c.started_at,
+            completed_at=c.ended_at,
+            step_id=c.id,
         )
 
     # -- settlement ------------------------------------------------------------------------------

@@ -235,7 +235,7 @@ class Orchestrator:
             extra[X_PERMISSIONS] = rules  # read by the policy plugin
         if definition.mcp:
             extra[X_MCP] = [server.name for server in definition.mcp]  # read by the MCP plugin
-        return {
+        kwargs: dict[str, Any] = {
             "provider": provider,
             "model": model,
             "instructions": instructions,
@@ -243,6 +243,15 @@ class Orchestrator:
             "name": name,
             "extra": extra,
         }
+        context = definition.context.model_dump(exclude_none=True)
+        if context:
+            chosen = context.get("compaction_model")
+            if isinstance(chosen, str):  # a scripted file is relative to the definition
+                context["compaction_model"] = self.system.router.resolve(
+                    chosen, base_dir=definition.base_dir
+                ).settings()
+            kwargs["context"] = context
+        return kwargs
 
     def _describe_tool(self, name: str) -> dict[str, str]:
         t = self.system.tools.get(name)

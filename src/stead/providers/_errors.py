@@ -16,12 +16,12 @@ import email.utils
 import importlib
 import ipaddress
 import json
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from stead.errors import CONTEXT_TOO_LONG as _CONTEXT_RE
 from stead.errors import ProviderError
 
 __all__ = [
@@ -43,11 +43,6 @@ _FATAL_TYPES = frozenset(
         "insufficient_quota",
         "invalid_api_key",
     }
-)
-_CONTEXT_RE = re.compile(
-    r"context[_ ]length|context window|prompt is too long|maximum context|too many tokens|"
-    r"input is too long|exceeds? the (?:model'?s? )?(?:maximum )?context",
-    re.IGNORECASE,
 )
 
 

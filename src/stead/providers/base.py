@@ -19,6 +19,7 @@ __all__ = [
     "DoneReason",
     "Provider",
     "ProviderRequest",
+    "Purpose",
     "ReasoningDelta",
     "StreamEvent",
     "TextDelta",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 DoneReason: TypeAlias = Literal["stop", "tool_call", "length", "cancelled", "error"]
+Purpose: TypeAlias = Literal["turn", "compaction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +42,11 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ProviderRequest:
-    """Everything one inference needs. `messages` is the provider context (history + consumed input)."""
+    """Everything one inference needs. `messages` is the provider context (history + consumed input).
+
+    `purpose` says what the request is for: `"turn"` (the agent's own inference) or `"compaction"` (a
+    summary of evicted history written for context compaction, K1: no tools, its text becomes the summary
+    record). Providers, scripted models and run records can tell them apart."""
 
     model: str
     instructions: str
@@ -50,6 +56,7 @@ class ProviderRequest:
     inference_id: str = ""
     effort: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    purpose: Purpose = "turn"
 
 
 @dataclass(frozen=True, slots=True)

@@ -389,6 +389,13 @@ class ModelRouter:
             self._served[key] = provider
         return provider
 
+    def context_window(self, settings: Mapping[str, Any]) -> int | None:
+        """The context window of the model `settings` name, when the catalog knows it (None otherwise)."""
+        if settings.get("provider") != CATALOG:
+            return None
+        route = self._route(settings.get("model"))
+        return route.context_window if route is not None else None
+
     def _route(self, model: Any) -> Route | None:
         if model is None or (not isinstance(model, str) and not _is_str_list(model)):
             return None

@@ -39,6 +39,7 @@ class ScriptedResponse:
     - `error` raises a `ProviderError` after `end_after` events (or immediately), `retryable` as given.
     - `end_after=N` stops the stream after N events without a terminal `Done` (a cut stream).
     - `done` overrides the terminal reason; `half_block` streams a partial text delta that never completes.
+    - `report_usage=False` reports no usage at all (like a llama.cpp server streaming without it).
     """
 
     blocks: list[Block] = field(default_factory=list)
@@ -51,6 +52,7 @@ class ScriptedResponse:
     done: DoneReason | None = None
     chunk: int = 0
     half_block: str | None = None
+    report_usage: bool = True
 
 
 Responder = Callable[
@@ -109,8 +111,9 @@ def _events(response: ScriptedResponse) -> list[StreamEvent]:
         events.append(BlockEnd(block))
     if response.half_block is not None:
         events.append(TextDelta(response.half_block))
-    usage = response.usage or Usage(input_tokens=10, output_tokens=max(1, out_chars // 4))
-    events.append(UsageEvent(usage))
+    if response.report_usage:
+        usage = response.usage or Usage(input_tokens=10, output_tokens=max(1, out_chars // 4))
+        events.append(UsageEvent(usage))
     reason: DoneReason = response.done or (
         "tool_call" if any(isinstance(b, ToolCall) for b in response.blocks) else "stop"
     )

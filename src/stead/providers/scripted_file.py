@@ -16,7 +16,9 @@ with `scripted: true`. Example::
 
 The answer is a pure function of the request, so a process restarted mid-conversation continues exactly
 where the previous one stopped: the first rule whose `when` matches the latest user message is chosen, and
-its N-th response is played, N being the number of assistant messages since that user message.
+its N-th response is played, N being the number of assistant messages since that user message. Summary
+requests of context compaction match only rules with `when: {purpose: compaction}`; without one they get
+a fixed one-line summary.
 
 A response has `text`, `tool_call` (one call) or `tool_calls` (several calls in one response, run as a
 parallel batch) — text may come before calls — or `error` (the model fails; `retryable: true` makes it a
@@ -95,6 +97,9 @@ class ScriptedWhen(_Strict):
 
     user_contains: str | None = None
     user_matches: str | None = None
+    purpose: Literal["turn", "compaction"] = "turn"
+    """`compaction`: the rule answers summary requests of context compaction (`{user}` is then the text
+    to summarize). Rules without it answer the agent's own turns only."""
 
     @pydantic.field_validator("user_matches")
     @classmethod
@@ -106,7 +111,9 @@ class ScriptedWhen(_Strict):
                 raise ValueError(f"not a valid regular expression: {e}") from None
         return value
 
-    def matches(self, user: str) -> bool:
+    def matches(self, user: str, purpose: str = "turn") -> bool:
+        if purpose != self.purpose:
+            return False
         if self.user_contains is not None and self.user_contains.lower() not in user.lower():
             return False
         return not (self.user_matches is not None and re.search(self.user_matches, user) is None)
@@ -174,10 +181,19 @@ def scripted_responder(
 
     def respond(request: ProviderRequest) -> ScriptedResponse:
         user, n, last_result = _position(request)
+        purpose = request.purpose
         rule_no, rule = next(
-            ((i, r) for i, r in enumerate(script.rules) if r.when is None or r.when.matches(user)),
+            (
+                (i, r)
+                for i, r in enumerate(script.rules)
+                if (r.when is None and purpose == "turn")
+                or (r.when is not None and r.when.matches(user, purpose))
+            ),
             (-1, None),
         )
+        if rule is None and purpose == "compaction":
+            # no rule for summaries: a plain, deterministic one (a scripted model is not a language model)
+            return ScriptedResponse(blocks=[Text(f"(scripted summary of {len(user):,} characters)")])
         if rule is None:
             return ScriptedResponse(error=f"{source}: no rule matches the message {user!r}")
         if n >= len(rule.responses):

@@ -41,6 +41,13 @@ MIGRATIONS: list[str] = [
         agent_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY(agent_id, seq)
     ) WITHOUT ROWID;
     """,
+    # 2: the history archive (K1): every record a compaction replaced, in order, with the compaction's id
+    """
+    CREATE TABLE history_archive(
+        agent_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, compaction_id TEXT NOT NULL,
+        PRIMARY KEY(agent_id, seq)
+    ) WITHOUT ROWID;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -69,6 +69,17 @@ class Tx(Protocol):
         """Delete all history records (only inside a replacement transaction)."""
         ...
 
+    # --- per-agent history archive (K1: what compactions replaced) ------------------------------
+    async def archive_history(self, agent_id: str, compaction_id: str) -> int:
+        """Move every history record of the agent, in order, to the end of its archive, tagged with
+        `compaction_id`, leaving the history empty (inside the compaction's replacement transaction).
+        Returns how many records moved."""
+        ...
+
+    async def load_archive(self, agent_id: str) -> list[tuple[str, str]]:
+        """The archived records in the order they were archived, as (compaction id, record)."""
+        ...
+
     # --- agents table ---------------------------------------------------------------------------
     async def insert_agent(self, row: AgentRow) -> bool: ...
     async def get_agent(self, agent_id: str) -> AgentRow | None: ...
@@ -77,7 +88,7 @@ class Tx(Protocol):
         ...
 
     async def delete_agent(self, agent_id: str) -> bool:
-        """Remove the agent row, its KV and its history."""
+        """Remove the agent row, its KV, its history and its history archive."""
         ...
 
     async def agents_owing_work(self) -> list[tuple[AgentRow, str]]:

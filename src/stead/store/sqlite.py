@@ -522,6 +522,29 @@ class _SqliteTx:
         self._w("clear").execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
         self._seq.pop(agent_id, None)
 
+    # -- history archive
+    async def archive_history(self, agent_id: str, compaction_id: str) -> int:
+        conn = self._w("archive_history")
+        row = conn.execute("SELECT max(seq) FROM history_archive WHERE agent_id=?", (agent_id,)).fetchone()
+        base = int(row[0]) if row and row[0] is not None else 0
+        # history seqs are increasing and >= 1, so base + seq keeps their order after every archived row
+        moved = conn.execute(
+            "INSERT INTO history_archive(agent_id, seq, record, compaction_id) "
+            "SELECT agent_id, ? + seq, record, ? FROM history WHERE agent_id=?",
+            (base, compaction_id, agent_id),
+        ).rowcount
+        conn.execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
+        self._seq.pop(agent_id, None)
+        return moved
+
+    async def load_archive(self, agent_id: str) -> list[tuple[str, str]]:
+        rows = self._r(
+            "load_archive",
+            "SELECT compaction_id, record FROM history_archive WHERE agent_id=? ORDER BY seq",
+            (agent_id,),
+        ).fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]
+
     # -- agents
     async def insert_agent(self, row: AgentRow) -> bool:
         cur = self._w("insert_agent").execute(
@@ -548,6 +571,7 @@ class _SqliteTx:
         conn = self._w("delete_agent")
         conn.execute("DELETE FROM kv WHERE agent_id=?", (agent_id,))
         conn.execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
+        conn.execute("DELETE FROM history_archive WHERE agent_id=?", (agent_id,))
         self._seq[agent_id] = 0
         return conn.execute("DELETE FROM agents WHERE id=?", (agent_id,)).rowcount == 1
 
