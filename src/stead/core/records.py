@@ -8,13 +8,14 @@ Keys (per agent, sorted):
     usage                         the last inference's usage (S4)
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
+    kv.r.payload                  the run's JSON payload (from the activating message's `stead.payload`)
 
 History records (JSON, append-only):
     {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id}   consumed input
     {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
-    {"k":"e","run":run id,"o":outcome[,"x":error]}                      the end of a run (settlement)
+    {"k":"e","run":run id,"o":outcome[,"x":error][,"p":payload]}        the end of a run (settlement)
 
 The end-of-run record and the run id on consumed input are the kernel's durable link message → run →
 outcome (`stead.core.results`); they are not part of the conversation: `build_messages` skips end records
@@ -52,6 +53,12 @@ SEND = "q.send."
 TOOL = "tool."
 CALL_KV = "kv.c."
 RUN_KV = "kv.r."
+PAYLOAD = "kv.r.payload"
+"""The run's payload (a JSON object): written at activation from the activating message's metadata
+(`PAYLOAD_METADATA`), changed by higher layers (flows, payload tools) in the transactions of their steps, and
+copied into the end-of-run record at settlement (`RunResult.payload`)."""
+PAYLOAD_METADATA = "stead.payload"
+"""Message metadata key carrying a run's starting payload (`agent.send(..., payload=...)`)."""
 
 
 def msg_key(message_id: str) -> str:
@@ -209,11 +216,14 @@ def build_messages(records: list[dict[str, Any]]) -> list[Message]:
     return MessageBuilder(records).messages()
 
 
-def end_record(run_id: str, outcome: Outcome, error: str | None) -> dict[str, Any]:
-    """The end-of-run record settlement appends (not part of the conversation)."""
+def end_record(run_id: str, outcome: Outcome, error: str | None, payload: Any = None) -> dict[str, Any]:
+    """The end-of-run record settlement appends (not part of the conversation); `payload` is the run's
+    payload as it ended (kept only when the run had one)."""
     rec: dict[str, Any] = {"k": "e", "run": run_id, "o": outcome.value}
     if error is not None:
         rec["x"] = error
+    if payload is not None:
+        rec["p"] = payload
     return rec
 
 

@@ -391,8 +391,8 @@ class RunRecorder(Hooks):
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
         tx, run_id = ctx.tx, ctx.run_id
-        if tx is None or run_id is None:
-            return
+        if tx is None or run_id is None or not info.model_call:
+            return  # no model was called (a flow engine's navigation): no prompt step
         u = info.usage
         latency = round((info.ended_at - info.started_at) * 1000, 3)
         ttft = (

@@ -125,8 +125,8 @@ class OrchestrationHooks(Hooks):
             await tx.write(agent_id, GUARD_KEY, dumps({"t0": self.clock()}))
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
-        if ctx.tx is None or ctx.run_id is None or self._limits(ctx) is None:
-            return
+        if ctx.tx is None or ctx.run_id is None or self._limits(ctx) is None or not info.model_call:
+            return  # no model request to count (a flow engine's navigation)
         violation = self._violations.get(ctx.run_id)
         if violation is not None and info.error == violation[1]:
             return  # the refused request: no inference happened
