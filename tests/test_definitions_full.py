@@ -140,12 +140,13 @@ async def test_the_template_is_sandboxed(team: Path, db_url: str) -> None:
             await system.create(definition="helper")
 
 
-async def test_flow_and_realtime_are_reserved(team: Path, db_url: str) -> None:
-    write(team, "helper.yaml", "name: helper\ntype: flow\nmodel: scripted:model.yaml\n")
+async def test_realtime_is_reserved(team: Path, db_url: str) -> None:
+    # (flows are implemented since issue 16: tests/flows/)
+    write(team, "helper.yaml", "name: helper\ntype: realtime\nmodel: scripted:model.yaml\n")
     registry = load_registry(team)
-    assert registry["helper"].type == "flow"
+    assert registry["helper"].type == "realtime"
     async with await stead.open(db_url, definitions=registry) as system:
-        with pytest.raises(stead.ConfigurationError, match="type 'flow', which is not implemented yet"):
+        with pytest.raises(stead.ConfigurationError, match="type 'realtime', which is not implemented yet"):
             await system.create(definition="helper")
 
 

@@ -19,9 +19,9 @@ from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
 from stead.core.config import PERMISSION_MODES, AgentConfig
-from stead.core.records import PAYLOAD_METADATA
 from stead.core.events import Event, Settled
 from stead.core.outcome import Outcome
+from stead.core.records import PAYLOAD_METADATA
 from stead.core.results import RunResult, read_run_state
 from stead.core.runtime import AgentRuntime, Inbound
 from stead.errors import Closed, InvalidId, InvalidInput, RunFailed, RunNotFound

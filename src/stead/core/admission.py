@@ -3,8 +3,8 @@
 The transaction that accepts a message writes its identity (`msg.<id>`, absent-only: a repeated id is
 ignored, A3), its queue entry and — if absent — the pending record; creating that record is the activation,
 and the activation hook runs in the same transaction (a failing hook refuses the message, A4); an
-activating message's payload (`metadata["stead.payload"]`) becomes the run's payload (`kv.r.payload`). The queue
-and the loop change only after the commit, so accepting inside a caller's own transaction publishes
+activating message's payload (`metadata["stead.payload"]`) becomes the run's payload (`kv.r.payload`).
+The queue and the loop change only after the commit, so accepting inside a caller's own transaction publishes
 nothing until that caller commits (A6). Validation and copying happen before (in `stead.Agent`); grouping
 concurrent acceptances into one commit happens above (in `stead.AgentSystem`).
 

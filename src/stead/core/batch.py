@@ -234,7 +234,9 @@ async def _output(st: AgentState, pending: Pending, call: ToolCall, result: Tool
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("agent %s: a tool_output hook failed for call %s (the result is kept as is)", st.id, call.id)
+        log.exception(
+            "agent %s: a tool_output hook failed for call %s (the result is kept as is)", st.id, call.id
+        )
         return result
 
 

@@ -1,8 +1,9 @@
 """Settlement (X2, X3): the end of an active period, in one transaction.
 
 Inside the transaction that ends the run: the pending record is deleted, run-scoped KV is cleared (the
-run's payload, `kv.r.payload`, is kept in the end record first), the end-of-run history record (`{"k":"e","run":…,"o":outcome}`, the durable link from the run to its outcome,
-see `stead.core.results`) is appended and the `settled_tx` hooks run with `ctx.outcome`. Work accepted
+run's payload, `kv.r.payload`, is kept in the end record first), the end-of-run history record
+(`{"k":"e","run":…,"o":outcome}`, the durable link from the run to its outcome, see `stead.core.results`)
+is appended and the `settled_tx` hooks run with `ctx.outcome`. Work accepted
 inside this very transaction (by a hook) re-creates the pending record, which reopens the run instead of
 stranding the work. After the commit: the mirror, the `Settled` event, and the observing `settled` hooks.
 """

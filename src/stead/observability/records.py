@@ -38,6 +38,7 @@ __all__ = [
     "parent_link",
     "record_guardrail",
     "record_step",
+    "rename_step",
 ]
 
 PARENT_KEY = "stead.parent"
@@ -269,6 +270,19 @@ async def record_step(
         ),
     )
     return sid
+
+
+async def rename_step(tx: Tx, run_id: str, step_id: str, name: str) -> None:
+    """Give a recorded step a better name (the run's breadcrumb is prefixed), inside `tx`: a layer that knows
+    what a tool call or an inference stands for names it (a flow names its steps after the flow's steps). A
+    no-op when run records are off or there is no such step."""
+    if RECORDS_MODULE not in tx.store.modules:
+        return
+    await tx.execute(
+        "UPDATE run_steps SET name = COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || ? "
+        "WHERE run_id = ? AND id = ?",
+        (run_id, name, run_id, step_id),
+    )
 
 
 async def record_guardrail(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> str:

@@ -23,14 +23,28 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jinja2
+import jinja2.meta
+
 from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
+from stead.core.hooks import HookContext
+from stead.core.records import PAYLOAD, PAYLOAD_METADATA
+from stead.core.results import read_run_state
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
+from stead.flows._builtins import BUILTIN_TOOLS, BUILTINS_KEY, PER_RUN_VARIABLES, Builtins
+from stead.flows._engine import PROMPT_TOOL, FlowEngine
+from stead.flows._loader import compile_flow
+from stead.flows._paths import Pattern, allowed, diff, filter_payload
+from stead.flows._pipeline import OPT_OUT_KEY, PIPELINE_TOOL
+from stead.flows._provider import FLOW_KEY, INPUT_METADATA, FlowProvider, FlowRuntime, prompt_tool
+from stead.flows._scratchpad import empty as empty_scratchpad
+from stead.flows._scratchpad import view as scratchpad_view
 from stead.messages import Message, Text
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
@@ -72,6 +86,34 @@ def _scripted_key(definition: AgentDefinition, index: int) -> str:
     return f"scripted/{definition.name}" + (f"#{index}" if index else "")
 
 
+_PARSER = jinja2.Environment()
+
+
+def _rules(definition: AgentDefinition | None) -> tuple[list[Pattern] | None, list[Pattern] | None]:
+    """A definition's (read, write) payload patterns (None: unrestricted)."""
+    rules = definition.payload if definition is not None else None
+    if rules is None:
+        return None, None
+    return rules._read, rules._write
+
+
+def _flow_key(name: str) -> str:
+    """The provider name of a flow definition's engine."""
+    return f"flow/{name}"
+
+
+def _has_prompt(definition: AgentDefinition) -> bool:
+    def body_has(step: Any) -> bool:
+        return step.prompt is not None
+
+    for s in definition.steps:
+        if body_has(s) or (s.for_each is not None and body_has(s.for_each.do)):
+            return True
+        if s.while_ is not None and body_has(s.while_.do):
+            return True
+    return False
+
+
 def chain_of(config: AgentConfig) -> list[str]:
     """The delegation chain of an agent: root → … → this agent (a root agent is a chain of one)."""
     chain = config.extra.get(X_CHAIN)
@@ -109,6 +151,17 @@ class Orchestrator:
         self.max_depth = max_delegation_depth
         self.clock: Callable[[], float] = clock or time.time
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
+        self.flows = FlowRuntime(X_DATA)
+        """The flow layer: pending engine decisions and sub-agent payload merges (docs/flows.md)."""
+        self.builtins = Builtins(self)
+        """The opt-in built-in tools of loop agents and their hooks."""
+        self._run_vars: dict[str, bool] = {}
+        self.engines: dict[str, FlowEngine] = {}
+        for definition in self.registry.values():
+            if not definition._compiled:
+                compile_flow(definition)  # built in Python (Registry.of): checked here, without file lines
+            if definition.type == "flow":
+                self.engines[definition.name] = FlowEngine(definition)
         self._system: AgentSystem | None = None
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self.model_override: str | None = None
@@ -118,6 +171,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ wiring (stead.open)
     def bind(self, system: AgentSystem) -> None:
         self._system = system
+        self.flows.bind(system)
 
     @property
     def system(self) -> AgentSystem:
@@ -140,6 +194,13 @@ class Orchestrator:
             if name in out:
                 raise ConfigurationError(f"definition {name!r} has the same name as a tool")
             out[name] = t
+        extra_tools = self.builtins.tools({b for d in self.registry.values() for b in d.builtin_tools})
+        if any(_has_prompt(d) for d in self.registry.values()):
+            extra_tools.append(prompt_tool())
+        for t in extra_tools:
+            if t.name in out:
+                raise ConfigurationError(f"a tool is named {t.name!r}, like one of stead's built-in tools")
+            out[t.name] = t
         return list(out.values())
 
     def providers(self) -> dict[str, Provider]:
@@ -150,6 +211,8 @@ class Orchestrator:
                 provider = definition._providers.get(candidate)
                 if provider is not None:
                     out[_scripted_key(definition, i)] = provider
+        for name, engine in self.engines.items():
+            out[_flow_key(name)] = FlowProvider(engine, self.flows)
         return out
 
     def is_sub_agent(self, tool_name: str) -> bool:
@@ -193,22 +256,22 @@ class Orchestrator:
         """Keyword arguments for `system.create` that build an agent of definition `name`: its model, its
         rendered instructions, its tools and sub-agents (with `changes` applied at its depth), its limits."""
         definition = self.definition(name)
-        if definition.type != "loop":
+        if definition.type not in ("loop", "flow"):
             raise ConfigurationError(
                 f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
-                "(only 'loop' agents can be created)"
+                "(only 'loop' and 'flow' agents can be created)"
             )
+        if definition.type == "flow":
+            return self._flow_config(definition, data=data, chain=chain, changes=changes)
         chain = list(chain) if chain is not None else [name]
         depth = len(chain) - 1
         own_tools = [t.name for t in definition.resolved_tools]
+        own_tools += [b for t in definition.builtin_tools for b in BUILTIN_TOOLS[t] if b not in own_tools]
         tools, subs = effective(own_tools, definition.sub_agents, changes, depth, name)
         provider, model = self._resolve_model(definition)
-        context = {
-            "agent": {"name": definition.name, "description": definition.description or ""},
-            "tools": [self._describe_tool(t) for t in tools],
-            "sub_agents": [self._describe_sub_agent(s) for s in subs],
-            "data": dict(data or {}),
-        }
+        context = self._template_context(definition, tools, subs, data)
+        # per-run variables are re-rendered before each model request (BuiltinHooks.instructions)
+        context.update(payload={}, scratchpad=scratchpad_view(empty_scratchpad()), artifacts=[])
         instructions = render_instructions(definition, context)
         extra: dict[str, Any] = {
             "definition": str(definition.source) if definition.source is not None else name,
@@ -223,6 +286,8 @@ class Orchestrator:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
+        if definition.builtin_tools:
+            extra[BUILTINS_KEY] = list(definition.builtin_tools)
         return {
             "provider": provider,
             "model": model,
@@ -231,6 +296,109 @@ class Orchestrator:
             "name": name,
             "extra": extra,
         }
+
+    def _flow_config(
+        self,
+        definition: AgentDefinition,
+        *,
+        data: dict[str, Any] | None,
+        chain: Sequence[str] | None,
+        changes: Sequence[RuntimeChange],
+    ) -> dict[str, Any]:
+        """A flow agent: its provider is the flow engine (`flow/<name>`); its model is the one its prompt
+        steps call; its tools are its steps' tools, its sub-agents and the prompt carrier."""
+        name = definition.name
+        chain = list(chain) if chain is not None else [name]
+        own_tools = [t.name for t in definition.resolved_tools]
+        if _has_prompt(definition):
+            own_tools.append(PROMPT_TOOL)
+        tools, subs = effective(own_tools, definition.sub_agents, changes, len(chain) - 1, name)
+        inner: dict[str, Any] = {}
+        model = "flow"
+        if _has_prompt(definition):
+            provider, model = self._resolve_model(definition)
+            inner = {"provider": provider, "model": model}
+        extra: dict[str, Any] = {
+            "definition": str(definition.source) if definition.source is not None else name,
+            X_DEFINITION: name,
+            X_CHAIN: chain,
+            X_TOOLS: tools,
+            X_SUB_AGENTS: subs,
+            FLOW_KEY: inner,
+        }
+        if data:
+            extra[X_DATA] = dict(data)
+        if not definition.limits.empty:
+            extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
+        if definition.metadata:
+            extra["stead.metadata"] = dict(definition.metadata)
+        return {
+            "provider": _flow_key(name),
+            "model": model,
+            "instructions": "",
+            "tools": [*tools, *subs],
+            "name": name,
+            "extra": extra,
+        }
+
+    def _template_context(
+        self, definition: AgentDefinition, tools: Sequence[str], subs: Sequence[str], data: Any
+    ) -> dict[str, Any]:
+        return {
+            "agent": {"name": definition.name, "description": definition.description or ""},
+            "tools": [self._describe_tool(t) for t in tools],
+            "sub_agents": [self._describe_sub_agent(s) for s in subs],
+            "data": dict(data) if isinstance(data, dict) else {},
+        }
+
+    # ------------------------------------------------------------------ for the built-in tools (BuiltinEnv)
+    def _definition_of(self, agent_id: str) -> AgentDefinition | None:
+        agent = self.system.loaded(agent_id)
+        name = agent.config.extra.get(X_DEFINITION) if agent is not None else None
+        return self.registry.get(name) if isinstance(name, str) else None
+
+    def payload_rules(self, agent_id: str) -> tuple[list[Pattern] | None, list[Pattern] | None]:
+        definition = self._definition_of(agent_id)
+        return _rules(definition)
+
+    def pipeline_tools(self, agent_id: str) -> dict[str, Tool]:
+        """An agent's own tools that a pipeline may call: not sub-agents, not transactional tools, not the
+        pipeline itself or the scratchpad and payload built-ins, not tools that opted out."""
+        agent = self.system.loaded(agent_id)
+        if agent is None:
+            return {}
+        own, _ = base_lists(agent.config)
+        refused = {PIPELINE_TOOL, PROMPT_TOOL, *BUILTIN_TOOLS["scratchpad"], *BUILTIN_TOOLS["payload"]}
+        out: dict[str, Tool] = {}
+        for name in own:
+            t = self.system.tools.get(name)
+            if t is None or name in refused or name in self.delegation_tools or t.transactional:
+                continue
+            if t.metadata.get(OPT_OUT_KEY) is False:
+                continue
+            out[name] = t
+        return out
+
+    def uses_run_state(self, ctx: HookContext) -> bool:
+        name = ctx.extra.get(X_DEFINITION)
+        definition = self.registry.get(name) if isinstance(name, str) else None
+        if definition is None or definition.type != "loop":
+            return False
+        found = self._run_vars.get(definition.name)
+        if found is None:
+            used = jinja2.meta.find_undeclared_variables(_PARSER.parse(definition.instructions))
+            found = self._run_vars[definition.name] = bool(used & set(PER_RUN_VARIABLES))
+        return found
+
+    def render_instructions(self, ctx: HookContext, variables: dict[str, Any]) -> str | None:
+        name = ctx.extra.get(X_DEFINITION)
+        definition = self.registry.get(name) if isinstance(name, str) else None
+        if definition is None:
+            return None
+        tools, subs = base_lists(AgentConfig("", "", tools=[], extra=ctx.extra))
+        context = self._template_context(definition, tools, subs, ctx.extra.get(X_DATA))
+        context.update(variables)
+        return render_instructions(definition, context)
 
     def _describe_tool(self, name: str) -> dict[str, str]:
         t = self.system.tools.get(name)
@@ -319,10 +487,16 @@ class Orchestrator:
         data = parent_config.extra.get(X_DATA)
         ids = await ctx.kv.get_or_create("child", lambda: {"agent": new_id(), "message": new_id()})
         child_id, message_id = str(ids["agent"]), str(ids["message"])
+        child_def = self.definition(target)
+        read, write = _rules(child_def)
+        sent = filter_payload(await self._run_payload(ctx.agent_id), read)  # what the sub-agent may see
         async with self._semaphore(ctx.agent_id):
             try:
                 child = await self._child(child_id, target, [*chain, target], changes, data)
-                content = request if input is None else f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
+                if child_def.type == "flow" or input is None:
+                    content = request  # a flow gets its input structured (`input.<key>`)
+                else:
+                    content = f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
                 link: dict[str, Any] = {
                     "run_id": ctx.run_id,
                     "step_id": ctx.call_id,
@@ -335,6 +509,10 @@ class Orchestrator:
                 metadata: dict[str, Any] = {PARENT_KEY: link}
                 if changes:
                     metadata[CHANGES_KEY] = [c.encode() for c in changes]
+                if sent is not None:
+                    metadata[PAYLOAD_METADATA] = sent
+                if input is not None and child_def.type == "flow":
+                    metadata[INPUT_METADATA] = input
                 await child.send(content, id=message_id, metadata=metadata)
                 await child.wait_idle()
             except Closed:
@@ -348,7 +526,40 @@ class Orchestrator:
                 if system.closing or state == "stopped":
                     raise asyncio.CancelledError  # drained: the next owner re-attaches
                 raise DelegationError(f"the sub-agent {target!r} ({child_id}) cannot run here: {state}")
-            return await self._answer(child, target, message_id)
+            answer = await self._answer(child, target, message_id)
+            await self._merge_back(ctx.call_id, child, target, message_id, sent, write)
+            return answer
+
+    async def _run_payload(self, agent_id: str) -> dict[str, Any] | None:
+        async with self.system.store.transaction() as tx:
+            raw = await tx.get(agent_id, PAYLOAD)
+        return json.loads(raw) if raw is not None else None
+
+    async def _merge_back(
+        self,
+        call_id: str,
+        child: Agent,
+        target: str,
+        message_id: str,
+        sent: dict[str, Any] | None,
+        write: list[Pattern] | None,
+    ) -> None:
+        """The sub-agent's payload changes that it may write, for the flow hooks to merge into this run's
+        payload when the delegation's result commits (refused ones are recorded as violations)."""
+        async with self.system.store.transaction() as tx:
+            state = await read_run_state(tx, child.id, message_id)
+        final = state.result.payload if state is not None and state.result is not None else None
+        if final is None or final == sent:
+            return
+        changes = diff(sent, final)
+        ok = [c for c in changes if allowed(c, write)]
+        refused = [
+            {"path": ".".join(c.path), "op": c.op, "reason": f"the sub-agent {target!r} may not write it"}
+            for c in changes
+            if not allowed(c, write)
+        ]
+        if ok or refused:
+            self.flows.merges[call_id] = (ok, refused, target)
 
     async def _abort_child(self, child_id: str) -> None:
         """The parent was aborted: abort the child too (unless the whole system is going away)."""
