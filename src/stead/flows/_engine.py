@@ -14,8 +14,10 @@ walks the graph until it must wait for work:
 Navigation after a step (`step` in the expressions is the step that finished): its paths are tried by
 descending priority — conditional paths and unconditional ones with priority > 0; an unconditional path is
 always valid — and the first valid one is taken; if none is valid, the unconditional paths with priority ≤ 0
-are the fallback. A failed step with a valid path follows it (recovery), and a flow that recovered ends
-completed.
+are the fallback. After a *failed* step only its conditional paths are candidates: one whose condition holds
+(typically `step.status == 'failed'`) is a recovery path, and a flow that recovered ends completed; with
+none, the flow fails. (MemberJunction also follows unconditional paths after a failure; stead does not, so
+that `a → b` never runs `b` on the garbage of a failed `a`.)
 
 The engine never writes the store: its decisions go into a `FlowTx` overlay that the caller flushes in the
 transaction that dispatches the calls (or ends the run), so what the engine decided and the calls it made
@@ -226,8 +228,14 @@ class FlowEngine:
         head["prev"] = _brief(last)
         context = await self._context(ft, head, _Ctx(step=last))
         candidates = self.paths.get(last["name"], [])
-        primary = [p for p in candidates if p.when is not None or p.priority > 0]
-        fallback = [p for p in candidates if p.when is None and p.priority <= 0]
+        if last["status"] == "failed":
+            # recovery: only paths whose condition holds (`when: "step.status == 'failed'"`); an
+            # unconditional path means "next, once this step has completed"
+            primary = [p for p in candidates if p.when is not None]
+            fallback = []
+        else:
+            primary = [p for p in candidates if p.when is not None or p.priority > 0]
+            fallback = [p for p in candidates if p.when is None and p.priority <= 0]
         for group in (primary, fallback):
             for p in sorted(group, key=lambda p: -p.priority):
                 if p._when is None:
