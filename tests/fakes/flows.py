@@ -131,6 +131,17 @@ async def count(value: int) -> int:
     return value + 1
 
 
+@stead.tool(transactional=True)
+async def poke(key: str, value: Any, ctx: stead.ToolContext) -> str:
+    """Sets a top-level payload key by writing the run's payload directly (no payload rules apply)."""
+    assert ctx.tx is not None
+    raw = await ctx.tx.get(ctx.agent_id, "kv.r.payload")
+    payload = json.loads(raw) if raw else {}
+    payload[key] = value
+    await ctx.tx.write(ctx.agent_id, "kv.r.payload", json.dumps(payload))
+    return f"set {key}"
+
+
 @stead.tool
 async def echo(text: str) -> str:
     """Returns its text."""
