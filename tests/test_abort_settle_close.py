@@ -1,4 +1,4 @@
-"""Abort, settlement and shutdown promises X1–X4 (DESIGN §5)."""
+"""Abort, settlement and shutdown promises X1–X4 (docs/promises.md)."""
 
 from __future__ import annotations
 

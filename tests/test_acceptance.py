@@ -1,4 +1,4 @@
-"""Acceptance promises A1–A7 (DESIGN §5): a message is accepted exactly once or not at all."""
+"""Acceptance promises A1–A7 (docs/promises.md): a message is accepted exactly once or not at all."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumption and turns C1–C6, and permission modes carried by messages (P1) (DESIGN §5)."""
+"""Consumption and turns C1–C6, and permission modes carried by messages (P1) (docs/promises.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Sub-agent delegation (DESIGN §7): each sub-agent is a durable tool; one child per call, concurrent under a
-cap, results in call order, failures as error results, abort propagation, bounded depth, no cycles."""
+"""Sub-agent delegation (docs/orchestration.md): each sub-agent is a durable tool; one child per call,
+concurrent under a cap, results in call order, failures as error results, abort propagation, bounded depth,
+no cycles."""
 
 from __future__ import annotations
 

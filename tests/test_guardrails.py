@@ -1,6 +1,6 @@
-"""Guardrails (DESIGN §7): a definition's per-run limits. Exceeding one ends the run `failed` with the limit
-recorded on a guardrail step and as the run error, without calling the model again; a call beyond
-`max_calls` gets an error result. Counters live in the run KV and survive a restart."""
+"""Guardrails (docs/orchestration.md): a definition's per-run limits. Exceeding one ends the run `failed`
+with the limit recorded on a guardrail step and as the run error, without calling the model again; a call
+beyond `max_calls` gets an error result. Counters live in the run KV and survive a restart."""
 
 from __future__ import annotations
 

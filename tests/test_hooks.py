@@ -1,6 +1,6 @@
-"""Hooks (DESIGN §5 "Hooks", X3): transactional hooks run inside the transaction they describe and roll it
-back on failure; observing hooks run after commit and never fail a run; activation and settlement hooks fire
-exactly once per active period."""
+"""Hooks (docs/promises.md "Hooks", X3): transactional hooks run inside the transaction they describe and
+roll it back on failure; observing hooks run after commit and never fail a run; activation and settlement
+hooks fire exactly once per active period."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Run records (DESIGN §8, issue #4 item 5): `runs`, `run_steps`, `prompt_runs`, parent→child links and
-roll-ups, written inside the kernel's own transactions (no extra commits)."""
+"""Run records (docs/observability.md, issue #4 item 5): `runs`, `run_steps`, `prompt_runs`, parent→child
+links and roll-ups, written inside the kernel's own transactions (no extra commits)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recovery promises R1–R4 (DESIGN §5): what a restarted process does with the work it inherits."""
+"""Recovery promises R1–R4 (docs/promises.md): what a restarted process does with the work it inherits."""
 
 from __future__ import annotations
 

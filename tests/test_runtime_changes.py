@@ -1,5 +1,5 @@
-"""Runtime changes (DESIGN §7): add/remove tools and sub-agents for one run with a scope (root, global,
-all-subagents, specific), carried by the message, propagated to children by fixed rules."""
+"""Runtime changes (docs/orchestration.md): add/remove tools and sub-agents for one run with a scope (root,
+global, all-subagents, specific), carried by the message, propagated to children by fixed rules."""
 
 from __future__ import annotations
 

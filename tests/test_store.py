@@ -1,4 +1,4 @@
-"""The store contract (DESIGN §4), tested on the SQLite store directly."""
+"""The store contract (docs/architecture.md), tested on the SQLite store directly."""
 
 from __future__ import annotations
 

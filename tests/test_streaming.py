@@ -1,4 +1,4 @@
-"""Streaming promises S1–S4 (DESIGN §5): only completed blocks persist; observers see every event."""
+"""Streaming promises S1–S4 (docs/promises.md): only completed blocks persist; observers see every event."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool-call promises T1–T7 (DESIGN §5), one focused test (or a few) per promise."""
+"""Tool-call promises T1–T7 (docs/promises.md), one focused test (or a few) per promise."""
 
 from __future__ import annotations
 

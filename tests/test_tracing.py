@@ -1,5 +1,5 @@
-"""OpenTelemetry GenAI spans (DESIGN §8, issue #4 item 6): names, attributes, nesting, resumed work, and
-no message content unless asked for."""
+"""OpenTelemetry GenAI spans (docs/observability.md, issue #4 item 6): names, attributes, nesting, resumed
+work, and no message content unless asked for."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import stead
 
 CORPUS = {
     "durable": [
-        "A durable agent keeps its conversation, queues and tool ledger in a database (DESIGN.md §1).",
+        "A durable agent keeps its conversation, queues and tool ledger in a database (docs/architecture).",
         "Accepted messages are never lost: acceptance is one transaction (stead A1).",
     ],
     "crash": [
@@ -14,7 +14,7 @@ CORPUS = {
         "A durable tool call may run again with the same call id; others surface an in-doubt result (T5).",
     ],
     "delegat": [
-        "A delegation is a durable tool call whose child agent id is allocated once (DESIGN.md §7).",
+        "A delegation is a durable tool call whose child agent id is allocated once (docs/orchestration.md).",
     ],
 }
 

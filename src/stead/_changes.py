@@ -1,4 +1,4 @@
-"""Runtime changes: add or remove tools and sub-agents for one run, with a scope (DESIGN §7).
+"""Runtime changes: add or remove tools and sub-agents for one run, with a scope (docs/orchestration.md).
 
 A change rides in the metadata of the message that starts the run (`metadata["stead.changes"]`), so it is
 as durable as the message. Applicability by scope, for an agent at `depth` (0 = the root of the delegation

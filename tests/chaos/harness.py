@@ -1,4 +1,5 @@
-"""Randomized chaos harness (DESIGN §5, §12): a seeded workload, real SIGKILLs, invariants from the store.
+"""Randomized chaos harness (docs/promises.md, docs/chaos.md): a seeded workload, real SIGKILLs,
+invariants from the store.
 
 One *seed* runs like this (`run_seed`):
 

@@ -1,4 +1,4 @@
-"""Randomized kill -9 chaos (DESIGN §5, §12) — the CI slice of `python scripts/chaos.py`.
+"""Randomized kill -9 chaos (docs/promises.md, §12) — the CI slice of `python scripts/chaos.py`.
 
 Each seed starts real worker processes on a fresh database, drives a seeded random workload, SIGKILLs the
 worker at seeded random moments (2–4 times), finishes in a clean incarnation, and checks the invariants from

@@ -1,4 +1,4 @@
-"""The `stead` command (DESIGN §11): run definitions, chat with agents, inspect the database.
+"""The `stead` command (docs/cli.md): run definitions, chat with agents, inspect the database.
 
 stead run examples/calculator/agent.yaml "What is (2+3)*4?"
 stead chat examples/team orchestrator

@@ -45,6 +45,7 @@ from stead.cli._source import (
     read_message,
     split_args,
 )
+from stead.cli._talk import talk as _talk_command
 
 __all__ = ["app", "main"]
 
@@ -248,6 +249,9 @@ app.command(name="models", cls=SteadCommand, short_help="List the model catalog 
     _models_command
 )
 app.add_typer(runs_app, name="runs", short_help="List recorded runs, or show one as a tree.")
+app.command(name="talk", cls=SteadCommand, short_help="Talk with a realtime co-agent (text in, text out).")(
+    _talk_command
+)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The durable loop of one agent (DESIGN §5): run the next stage until nothing is owed; abort; drain.
+"""The durable loop of one agent (docs/promises.md): run the next stage until nothing is owed; abort; drain.
 
 The one rule everything follows: durable state changes in a transaction, and memory (the mirror, events)
 changes only in that transaction's after-commit callbacks (`stead.core.mirror`). The pending record alone

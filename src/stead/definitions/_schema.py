@@ -1,9 +1,11 @@
-"""The agent definition schema (DESIGN §7): what an agent *is*, as written in a YAML file.
+"""The agent definition schema (docs/orchestration.md): what an agent *is*, as written in a YAML file.
 
-`loop` and `flow` are implemented (`realtime` is reserved). Unknown keys are refused, so a typo never
+`loop`, `flow` and `realtime` are the implemented types. Unknown keys are refused, so a typo never
 silently does nothing. The flow keys (`steps`, `paths`, `result`) and `payload` have their shapes in
 `stead.flows._schema`; a flow's expressions and names are checked when the file loads
-(`stead.flows._loader`).
+(`stead.flows._loader`). A `realtime` definition (docs/realtime.md) names the durable agents it hands work
+to (`target_agents`) and its voice and narration settings (`realtime:`); any definition's `realtime:`
+section is a layer of the effective settings of a realtime agent that targets it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from stead.flows._schema import FlowPath, FlowStep, PayloadRules
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits"]
+__all__ = ["AgentDefinition", "Limits", "NarrationSettings", "RealtimeSettings"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -67,6 +69,47 @@ class Limits(BaseModel):
         )
 
 
+class NarrationSettings(BaseModel):
+    """Spoken progress of running delegations: deduplicated digests of at most `max_items` updates, the
+    first no earlier than `first_after` seconds into a burst of progress, then at least `every` apart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    first_after: float = Field(default=5.0, ge=0)
+    every: float = Field(default=8.0, ge=0)
+    max_items: int = Field(default=4, ge=1)
+
+
+class DelegationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cancel_on_interruption: bool = True
+    """Barge-in (the user starts speaking, or types while the agent speaks) aborts running delegations."""
+
+
+class RealtimeSettings(BaseModel):
+    """A layer of a realtime agent's settings (definition < target agent < runtime override; objects merge
+    key by key, lists and values replace)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | list[str] | None = None
+    """A model preference that overrides the definition's `model` (same grammar)."""
+    voice: str | None = None
+    """The model's voice (OpenAI: `marin`, `cedar`, ...)."""
+    output: Literal["text", "audio"] = "text"
+    """What the model answers with; audio responses also carry their transcript."""
+    transcription: str | None = "gpt-4o-mini-transcribe"
+    """The model transcribing the user's speech (None: no user transcripts of audio)."""
+    turn_detection: dict[str, Any] | None = None
+    """Server turn detection (OpenAI `turn_detection` object); None: the model's default."""
+    narration: NarrationSettings = Field(default_factory=NarrationSettings)
+    delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    session: dict[str, Any] = Field(default_factory=dict)
+    """Further session fields passed to the model as they are (e.g. `max_output_tokens`)."""
+
+
 class AgentDefinition(BaseModel):
     """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
     `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
@@ -78,7 +121,8 @@ class AgentDefinition(BaseModel):
     description: str | None = None
     type: Literal["loop", "flow", "realtime"] = "loop"
     """`loop`: the model decides, calling tools until it answers. `flow`: a deterministic graph of `steps`
-    and `paths` (docs/flows.md). `realtime` is reserved: it loads, but creating such an agent is refused."""
+    and `paths` (docs/flows.md). `realtime`: a duplex voice or text session
+    (`system.realtime(definition=...)`) that hands work to its `target_agents`."""
     instructions: str = ""
     """A Jinja2 template (sandboxed, undefined names are errors). It sees `agent.name`,
     `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
@@ -95,6 +139,11 @@ class AgentDefinition(BaseModel):
     sub_agents: list[str] = Field(default_factory=list)
     """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
     model as a tool named after it."""
+    target_agents: list[str] = Field(default_factory=list)
+    """`realtime` only: the durable agents (definition names) the session may hand work to with
+    `invoke_target_agent`."""
+    realtime: RealtimeSettings | None = None
+    """Realtime settings: on a `realtime` definition its own; on a target agent a layer over them."""
     limits: Limits = Field(default_factory=Limits)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
@@ -135,7 +184,7 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _check_type(cls, value: Any) -> Any:
         if value not in ("loop", "flow", "realtime"):
-            raise ValueError(f"unknown agent type {value!r}; use 'loop' or 'flow' ('realtime' is reserved)")
+            raise ValueError(f"unknown agent type {value!r}; use 'loop', 'flow' or 'realtime'")
         return value
 
     # Checks that depend on the type are field validators (they see the fields declared before them in
@@ -174,6 +223,17 @@ class AgentDefinition(BaseModel):
             if not candidate.strip():
                 raise ValueError("a model candidate is empty")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _check_realtime(self) -> AgentDefinition:
+        if self.type == "realtime":
+            if not self.target_agents:
+                raise ValueError("a realtime agent needs target_agents (the agents it hands work to)")
+            if self.sub_agents:
+                raise ValueError("a realtime agent hands work to target_agents, not sub_agents")
+        elif self.target_agents:
+            raise ValueError("target_agents is for realtime agents (type: realtime)")
+        return self
 
     @pydantic.field_validator("sub_agents")
     @classmethod

@@ -1,4 +1,4 @@
-"""Observability (DESIGN §8): run records (`runs`, `run_steps`, the `prompt_runs` view) and
+"""Observability (docs/observability.md): run records (`runs`, `run_steps`, the `prompt_runs` view) and
 OpenTelemetry spans.
 
 `RunRecorder` writes the records through the kernel's hooks (installed by `stead.open(records=True)`, the

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans for stead runs, following the GenAI semantic conventions (DESIGN §8).
+"""OpenTelemetry spans for stead runs, following the GenAI semantic conventions (docs/observability.md).
 
 `TracingHooks` turns the kernel's hooks and events into three kinds of spans:
 

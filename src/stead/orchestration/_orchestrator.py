@@ -5,9 +5,9 @@ runtime changes and guardrails.
 scripted models the definitions name, and one *delegation tool* per definition (named after it), and
 installs `OrchestrationHooks` (runtime changes + guardrails) on the kernel.
 
-Delegation (DESIGN §7): the delegation tool is `durable=True` and idempotent. The child agent id and the
-child message id are allocated once through the call-bound KV, so a delegation re-executed after a crash
-re-attaches to the same child (the send with the same message id returns `created=False`) instead of
+Delegation (docs/orchestration.md): the delegation tool is `durable=True` and idempotent. The child agent id
+and the child message id are allocated once through the call-bound KV, so a delegation re-executed after a
+crash re-attaches to the same child (the send with the same message id returns `created=False`) instead of
 starting a second one. The tool waits for the child to settle and returns the child's final answer; a
 failed child run becomes an error result. Delegations of one parent run concurrently under a cap (a
 semaphore per parent agent, default 5); the kernel commits their results in call order. Aborting the parent
@@ -31,8 +31,8 @@ from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
 from stead.core.hooks import HookContext
+from stead.core.outcome import Outcome
 from stead.core.records import PAYLOAD, PAYLOAD_METADATA
-from stead.core.results import read_run_state
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
@@ -45,7 +45,6 @@ from stead.flows._pipeline import OPT_OUT_KEY, PIPELINE_TOOL
 from stead.flows._provider import FLOW_KEY, INPUT_METADATA, FlowProvider, FlowRuntime, prompt_tool
 from stead.flows._scratchpad import empty as empty_scratchpad
 from stead.flows._scratchpad import view as scratchpad_view
-from stead.messages import Message, Text
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
@@ -75,7 +74,6 @@ X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
 
 PARENT_KEY = "stead.parent"
-FAILED_NOTE = "The last turn failed: "
 
 
 class DelegationError(Exception):
@@ -256,6 +254,11 @@ class Orchestrator:
         """Keyword arguments for `system.create` that build an agent of definition `name`: its model, its
         rendered instructions, its tools and sub-agents (with `changes` applied at its depth), its limits."""
         definition = self.definition(name)
+        if definition.type == "realtime":
+            raise ConfigurationError(
+                f"definition {name!r} is a realtime agent: open a session with "
+                f"system.realtime(definition={name!r}) (docs/realtime.md)"
+            )
         if definition.type not in ("loop", "flow"):
             raise ConfigurationError(
                 f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
@@ -491,6 +494,7 @@ class Orchestrator:
         read, write = _rules(child_def)
         sent = filter_payload(await self._run_payload(ctx.agent_id), read)  # what the sub-agent may see
         async with self._semaphore(ctx.agent_id):
+            child: Agent | None = None
             try:
                 child = await self._child(child_id, target, [*chain, target], changes, data)
                 if child_def.type == "flow" or input is None:
@@ -513,42 +517,42 @@ class Orchestrator:
                     metadata[PAYLOAD_METADATA] = sent
                 if input is not None and child_def.type == "flow":
                     metadata[INPUT_METADATA] = input
-                await child.send(content, id=message_id, metadata=metadata)
-                await child.wait_idle()
+                # as durable as the delegation: the same message id after a crash returns the same child
+                # run's result instead of starting another
+                result = await child.run(content, id=message_id, metadata=metadata)
             except Closed:
-                # the system is closing: leave the call unfinished; the next owner re-attaches to the child
+                if child is not None and child.state == "blocked" and not system.closing:
+                    raise DelegationError(
+                        f"the sub-agent {target!r} ({child_id}) cannot run here: blocked"
+                    ) from None
+                # closing or drained: leave the call unfinished; the next owner re-attaches to the child
                 raise asyncio.CancelledError from None
             except asyncio.CancelledError:
                 await self._abort_child(child_id)
                 raise
-            state = child.state
-            if state != "idle":
-                if system.closing or state == "stopped":
-                    raise asyncio.CancelledError  # drained: the next owner re-attaches
-                raise DelegationError(f"the sub-agent {target!r} ({child_id}) cannot run here: {state}")
-            answer = await self._answer(child, target, message_id)
-            await self._merge_back(ctx.call_id, child, target, message_id, sent, write)
-            return answer
+        if result.outcome is not Outcome.COMPLETED:
+            why = result.error or result.outcome.value
+            raise DelegationError(f"the sub-agent {target!r} failed: {why}")  # it changes no payload
+        if not result.text.strip():
+            raise DelegationError(f"the sub-agent {target!r} finished without an answer")
+        self._merge_back(ctx.call_id, target, sent, result.payload, write)
+        return result.text.strip()
 
     async def _run_payload(self, agent_id: str) -> dict[str, Any] | None:
         async with self.system.store.transaction() as tx:
             raw = await tx.get(agent_id, PAYLOAD)
         return json.loads(raw) if raw is not None else None
 
-    async def _merge_back(
+    def _merge_back(
         self,
         call_id: str,
-        child: Agent,
         target: str,
-        message_id: str,
         sent: dict[str, Any] | None,
+        final: dict[str, Any] | None,
         write: list[Pattern] | None,
     ) -> None:
         """The sub-agent's payload changes that it may write, for the flow hooks to merge into this run's
         payload when the delegation's result commits (refused ones are recorded as violations)."""
-        async with self.system.store.transaction() as tx:
-            state = await read_run_state(tx, child.id, message_id)
-        final = state.result.payload if state is not None and state.result is not None else None
         if final is None or final == sent:
             return
         changes = diff(sent, final)
@@ -593,34 +597,6 @@ class Orchestrator:
         except InvalidInput:  # created meanwhile (a concurrent re-execution): attach to it
             return await system.get(child_id)
 
-    async def _answer(self, child: Agent, target: str, message_id: str) -> str:
-        """The child's final answer to `message_id`: the last assistant text after it. A failed run (its
-        last word is a failure note) raises."""
-        history = await child.history()
-        start = next((i for i, m in enumerate(history) if m.id == message_id), None)
-        if start is None:
-            raise DelegationError(f"the sub-agent {target!r} never received the request")
-        answer: str | None = None
-        failure: str | None = None
-        for m in history[start + 1 :]:
-            if m.role == "assistant":
-                text = "".join(b.text for b in m.content if isinstance(b, Text)).strip()
-                if text:
-                    answer, failure = text, None
-            elif m.role == "system":
-                note = _text(m)
-                if note.startswith(FAILED_NOTE):
-                    failure = note[len(FAILED_NOTE) :]
-        if failure is not None:
-            raise DelegationError(f"the sub-agent {target!r} failed: {failure}")
-        if answer is None:
-            raise DelegationError(f"the sub-agent {target!r} finished without an answer")
-        return answer
-
 
 RUN_CHANGES_KEY = "kv.r.stead.changes"
 """Run KV key holding the runtime changes of the current run (cleared at settlement by the kernel)."""
-
-
-def _text(m: Message) -> str:
-    return "".join(b.text for b in m.content if isinstance(b, Text))

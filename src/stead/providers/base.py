@@ -1,4 +1,4 @@
-"""The provider protocol: a request in, an async stream of normalized events out (DESIGN §6).
+"""The provider protocol: a request in, an async stream of normalized events out (docs/providers.md).
 
 A provider never touches the store. The kernel persists completed blocks (`BlockEnd`) and treats everything
 else as live-only. A stream must end with exactly one `Done`; a stream that stops without it is treated as

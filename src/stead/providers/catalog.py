@@ -1,4 +1,5 @@
-"""The model catalog: which models exist, who serves them, what they cost, and how to pick one (DESIGN §6).
+"""The model catalog: which models exist, who serves them, what they cost, and how to pick one
+(docs/providers.md).
 
 Model strings (the catalog's part of the one model-string grammar; `stead.providers.router` adds
 registered providers, scripted model files and candidate lists on top):

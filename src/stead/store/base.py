@@ -1,4 +1,4 @@
-"""The store contract (DESIGN §4): the one place durable state lives.
+"""The store contract (docs/architecture.md): the one place durable state lives.
 
 A `Store` serves one process. All reads and writes happen inside `transaction()`, which is atomic; a nested
 call from the same task joins the outer transaction; `after_commit` callbacks run only after the outermost
