@@ -104,7 +104,7 @@ ROWS = [
         ([{"where": "score > `100`"}], []),
     ],
 )
-async def test_pipeline_operators(
+async def test_BT1_pipeline_operators(
     ctx: stead.ToolContext, stages: list[dict[str, Any]], expected: Any
 ) -> None:
     value, records, notes = await run_pipeline([{"value": ROWS}, *stages], ctx, {})
@@ -114,7 +114,7 @@ async def test_pipeline_operators(
         assert notes == ["stage 2 (where) turned 4 items into none"]
 
 
-async def test_pipeline_text_operators(ctx: stead.ToolContext) -> None:
+async def test_BT1_pipeline_text_operators(ctx: stead.ToolContext) -> None:
     text = "alpha 1\nbeta 2\nALPHA 3\ngamma"
     value, _, _ = await run_pipeline([{"value": text}, {"grep": "^alpha", "ignore_case": True}], ctx, {})
     assert value == ["alpha 1", "ALPHA 3"]
@@ -124,7 +124,7 @@ async def test_pipeline_text_operators(ctx: stead.ToolContext) -> None:
     assert value == 2
 
 
-async def test_pipeline_caps_stages_map_items_and_regexes(ctx: stead.ToolContext) -> None:
+async def test_BT1_pipeline_caps_stages_map_items_and_regexes(ctx: stead.ToolContext) -> None:
     with pytest.raises(PipelineError, match="at most 20 stages"):
         await run_pipeline([{"value": 1}] + [{"count": True}] * 20, ctx, {})
     with pytest.raises(PipelineError, match="at most 20 stages"):
@@ -141,7 +141,7 @@ async def test_pipeline_caps_stages_map_items_and_regexes(ctx: stead.ToolContext
         await run_pipeline([{"value": [1]}, {"count": True, "desc": True}], ctx, {})
 
 
-async def test_pipeline_is_one_tool_step_with_per_stage_records_and_only_its_final_value_returns(
+async def test_BT1_pipeline_is_one_tool_step_with_per_stage_records_and_only_its_final_value_returns(
     db_url: str, team: Path
 ) -> None:
     agent_yaml(team, "analyst", ["pipeline"], ["lookup", "echo"])
@@ -166,7 +166,7 @@ async def test_pipeline_is_one_tool_step_with_per_stage_records_and_only_its_fin
     assert children[1].output["in"] == {"items": 4} and children[2].output["out"] == {"items": 2}
 
 
-async def test_pipeline_deadline_stops_it_and_names_the_stage(db_url: str, team: Path) -> None:
+async def test_BT1_pipeline_deadline_stops_it(db_url: str, team: Path) -> None:
     agent_yaml(team, "slow", ["pipeline"], ["hold"])
     F.GATES["forever"] = F.Gate()  # never released
     stages = [{"value": 1}, {"tool": "hold", "with": {"name": "forever"}}]
@@ -179,7 +179,7 @@ async def test_pipeline_deadline_stops_it_and_names_the_stage(db_url: str, team:
     assert pipeline.status == "failed"
 
 
-async def test_pipeline_calls_only_the_agents_own_plain_tools(db_url: str, team: Path) -> None:
+async def test_BT1_pipeline_calls_only_the_agents_own_plain_tools(db_url: str, team: Path) -> None:
     agent_yaml(team, "picky", ["pipeline", "scratchpad"], ["echo", "poke"])
     calls = [
         ("run_pipeline", {"stages": [{"value": 1}, {"tool": "poke", "with": {"key": "a", "value": 1}}]}),
@@ -195,7 +195,7 @@ async def test_pipeline_calls_only_the_agents_own_plain_tools(db_url: str, team:
 
 
 # ---------------------------------------------------------------------------------------------- scratchpad
-def test_scratchpad_prunes_the_oldest_completed_tasks_over_50() -> None:
+def test_BT2_scratchpad_prunes_the_oldest_completed_tasks_over_50() -> None:
     pad = empty()
     pad, _ = apply_tasks(pad, [TaskUpdate(id=f"t{i}", title=f"task {i}") for i in range(48)], [])
     # complete t5, t2 and t9 in that order
@@ -213,7 +213,7 @@ def test_scratchpad_prunes_the_oldest_completed_tasks_over_50() -> None:
         apply_tasks(pad, [TaskUpdate(id="nameless")], [])
 
 
-async def test_scratchpad_is_visible_to_the_instructions_template_and_private_to_its_run(
+async def test_BT2_scratchpad_is_visible_to_the_instructions_template_and_private_to_its_run(
     db_url: str, team: Path
 ) -> None:
     agent_yaml(
@@ -279,7 +279,7 @@ async def artifact_run(
     return outputs, requests
 
 
-async def test_artifacts_page_through_a_5_mb_json(db_url: str, team: Path) -> None:
+async def test_BT3_artifacts_page_through_a_5_mb_json(db_url: str, team: Path) -> None:
     probe: list[str] = []
 
     def aid() -> str:
@@ -335,7 +335,7 @@ async def test_artifacts_page_through_a_5_mb_json(db_url: str, team: Path) -> No
     assert max(len(m.text) for r in provider.requests for m in r.messages) < 20_000  # never whole
 
 
-async def test_artifacts_page_through_a_100000_line_text(db_url: str, team: Path) -> None:
+async def test_BT3_artifacts_page_through_a_100000_line_text(db_url: str, team: Path) -> None:
     probe: list[str] = []
     calls: list[tuple[str, dict[str, Any]]] = [
         ("artifact_lines", {"start": 99_998, "count": 10}),
@@ -377,7 +377,7 @@ async def test_artifacts_page_through_a_100000_line_text(db_url: str, team: Path
     assert outputs[3].startswith("lines 1-500 of 100,000 (next: start=501)\n1: line 1: ok")
 
 
-async def test_artifact_rows_of_a_csv(db_url: str, team: Path) -> None:
+async def test_BT3_artifact_rows_of_a_csv(db_url: str, team: Path) -> None:
     probe: list[str] = []
 
     def respond(request: stead.ProviderRequest) -> list[stead.Block]:
@@ -404,7 +404,7 @@ async def test_artifact_rows_of_a_csv(db_url: str, team: Path) -> None:
     assert outputs[1] == 'rows 4998-4999 of 5,000\n[{"name":"n4998"},{"name":"n4999"}]'
 
 
-async def test_an_artifact_is_written_in_the_transaction_of_the_result_that_names_it(
+async def test_BT3_an_artifact_is_written_in_the_transaction_of_the_result_that_names_it(
     db_url: str, team: Path
 ) -> None:
     F.write(

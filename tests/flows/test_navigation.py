@@ -198,7 +198,7 @@ async def test_F3_a_condition_that_cannot_be_evaluated_fails_the_flow(db_url: st
     assert result.error is not None and "the condition of the path a → b failed" in result.error
 
 
-async def test_mappings_read_payload_input_steps_and_statics_and_write_the_payload(
+async def test_F9_mappings_read_payload_input_steps_and_statics_and_write_the_payload(
     db_url: str, team: Path
 ) -> None:
     F.write_flow(
@@ -233,7 +233,7 @@ async def test_mappings_read_payload_input_steps_and_statics_and_write_the_paylo
     }
 
 
-async def test_prompt_step_structured_output_is_merged_into_the_payload(db_url: str, team: Path) -> None:
+async def test_F10_prompt_step_structured_output_is_merged_into_the_payload(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "classify",
@@ -278,7 +278,7 @@ async def test_prompt_step_structured_output_is_merged_into_the_payload(db_url: 
     assert run.input_tokens > 0  # the model call is counted, the navigation responses are not
 
 
-async def test_prompt_step_answer_outside_its_schema_is_a_failed_step(db_url: str, team: Path) -> None:
+async def test_F10_prompt_step_answer_outside_its_schema_is_a_failed_step(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "strict",
@@ -348,7 +348,7 @@ async def test_F8_while_fails_at_its_maximum(db_url: str, team: Path) -> None:
     assert len(run.steps) == 3
 
 
-async def test_for_each_sequential_threads_the_payload(db_url: str, team: Path) -> None:
+async def test_F6_for_each_sequential_threads_the_payload(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "each",
@@ -395,7 +395,7 @@ async def test_for_each_sequential_threads_the_payload(db_url: str, team: Path) 
     assert result.payload is not None and result.payload["out"] == ["0:11:0", "1:21:1", "2:31:2"]
 
 
-async def test_for_each_refuses_more_items_than_its_cap(db_url: str, team: Path) -> None:
+async def test_F6_for_each_refuses_more_items_than_its_cap(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "big",
@@ -414,7 +414,7 @@ async def test_for_each_refuses_more_items_than_its_cap(db_url: str, team: Path)
     assert result.error is not None and "should give a list, not a string" in result.error
 
 
-async def test_a_cycle_of_paths_is_stopped_by_the_step_limit(db_url: str, team: Path) -> None:
+async def test_F2_a_cycle_of_paths_is_stopped_by_the_step_limit(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "cycle",
@@ -433,7 +433,7 @@ async def test_a_cycle_of_paths_is_stopped_by_the_step_limit(db_url: str, team: 
     assert result.error is not None and "more than 1,000 steps" in result.error
 
 
-async def test_every_step_is_a_run_step_with_the_breadcrumb_and_navigation_is_no_model_call(
+async def test_F11_every_step_is_a_run_step_with_the_breadcrumb_and_navigation_is_no_model_call(
     db_url: str, team: Path
 ) -> None:
     F.write_flow(
@@ -458,7 +458,7 @@ async def test_every_step_is_a_run_step_with_the_breadcrumb_and_navigation_is_no
     assert run.iterations == 0 and run.input_tokens == 0
 
 
-async def test_a_flow_is_a_sub_agent_of_a_loop_agent_and_a_loop_agent_of_a_flow(
+async def test_F12_a_flow_is_a_sub_agent_of_a_loop_agent_and_a_loop_agent_of_a_flow(
     db_url: str, team: Path
 ) -> None:
     F.write(team, "lead.yaml", "name: lead\nmodel: scripted:model.yaml\nsub_agents: [pipeline]\n")

@@ -27,7 +27,7 @@ def results_of(request: stead.ProviderRequest) -> list[stead.ToolResult]:
 
 
 # ---------------------------------------------------------------------------------------------- the kernel
-async def test_P1_a_run_carries_its_payload_into_its_result_also_after_a_restart(db_url: str) -> None:
+async def test_PY1_a_run_carries_its_payload_into_its_result_also_after_a_restart(db_url: str) -> None:
     answer = stead.testing.ScriptedProvider(lambda r: [stead.Text("ok")])
     async with await stead.open(db_url, providers={"p": answer}) as system:
         agent = await system.create(provider="p", model="m")
@@ -42,7 +42,7 @@ async def test_P1_a_run_carries_its_payload_into_its_result_also_after_a_restart
         assert again.run_id == result.run_id and again.payload == {"order": {"id": 7}, "tags": ["a"]}
 
 
-async def test_P1_the_payload_is_the_run_kv_and_ends_in_the_end_record(db_url: str) -> None:
+async def test_PY1_the_payload_is_the_run_kv_and_ends_in_the_end_record(db_url: str) -> None:
     seen: list[Any] = []
 
     async def respond(request: stead.ProviderRequest) -> list[stead.Block]:
@@ -62,7 +62,7 @@ async def test_P1_the_payload_is_the_run_kv_and_ends_in_the_end_record(db_url: s
 
 
 # ---------------------------------------------------------------------------------------------- read
-async def test_P2_payload_read_limits_what_a_prompt_step_sees(db_url: str, team: Path) -> None:
+async def test_PY2_payload_read_limits_what_a_prompt_step_sees(db_url: str, team: Path) -> None:
     F.write_flow(
         team,
         "reader",
@@ -95,7 +95,7 @@ async def test_P2_payload_read_limits_what_a_prompt_step_sees(db_url: str, team:
     assert "4242" not in request.messages[0].text and "s3cr3t" not in request.messages[0].text
 
 
-async def test_P2_payload_read_limits_what_a_loop_agents_instructions_see_each_request(
+async def test_PY2_payload_read_limits_what_a_loop_agents_instructions_see_each_request(
     db_url: str, team: Path
 ) -> None:
     F.write(
@@ -129,7 +129,7 @@ async def test_P2_payload_read_limits_what_a_loop_agents_instructions_see_each_r
 
 
 # ---------------------------------------------------------------------------------------------- write
-async def test_P3_a_blocked_flow_write_is_recorded_as_a_violation_and_not_applied(
+async def test_PY3_a_blocked_flow_write_is_recorded_as_a_violation_and_not_applied(
     db_url: str, team: Path
 ) -> None:
     F.write_flow(
@@ -176,7 +176,7 @@ async def test_P3_a_blocked_flow_write_is_recorded_as_a_violation_and_not_applie
     assert "payload change refused, not applied: update log" in (violations[1].error or "")
 
 
-async def test_P3_update_payload_refuses_paths_outside_payload_write(db_url: str, team: Path) -> None:
+async def test_PY3_update_payload_refuses_paths_outside_payload_write(db_url: str, team: Path) -> None:
     F.write(
         team,
         "clerk.yaml",
@@ -211,7 +211,7 @@ async def test_P3_update_payload_refuses_paths_outside_payload_write(db_url: str
 
 
 # ---------------------------------------------------------------------------------------------- sub-agents
-async def test_P4_sub_agents_get_a_filtered_payload_and_merge_back_only_allowed_paths(
+async def test_PY4_sub_agents_get_a_filtered_payload_and_merge_back_only_allowed_paths(
     db_url: str, team: Path
 ) -> None:
     F.write_flow(
@@ -265,7 +265,7 @@ async def test_P4_sub_agents_get_a_filtered_payload_and_merge_back_only_allowed_
     ]
 
 
-async def test_P4_a_flow_sub_agents_changes_merge_back_into_a_loop_parents_payload(
+async def test_PY4_a_flow_sub_agents_changes_merge_back_into_a_loop_parents_payload(
     db_url: str, team: Path
 ) -> None:
     F.write(team, "lead.yaml", "name: lead\nmodel: scripted:model.yaml\nsub_agents: [tagger]\n")
