@@ -457,7 +457,7 @@ class FlowEngine:
         changes: list[Change] = []
         if body._output:
             context = await self._context(ft, head, _Ctx(step=result, loop=loop))
-            scratch = copy.deepcopy(payload)
+            scratch = payload
             for target, expr in body._output:
                 try:
                     value = expr.evaluate(context)

@@ -194,9 +194,11 @@ def change_for(payload: dict[str, Any], target: Target, value: Any) -> Change:
 def apply_changes(
     payload: dict[str, Any] | None, changes: list[Change], patterns: list[Pattern] | None
 ) -> tuple[dict[str, Any], list[Change], list[dict[str, Any]]]:
-    """Apply the allowed `changes` to a copy of `payload`. Returns (new payload, applied, violations);
-    a violation is `{"path", "op", "reason"}`."""
-    out = copy.deepcopy(payload) if payload is not None else {}
+    """Apply the allowed `changes` to `payload`, returning (new payload, applied, violations); a violation
+    is `{"path", "op", "reason"}`. Copy-on-write: the objects along each changed path are copied, nothing is
+    changed in place, so `payload` (and values shared with it) stay as they were — without copying the
+    whole payload for every change (a for-each appending to a list would otherwise be quadratic)."""
+    out: dict[str, Any] = dict(payload) if payload is not None else {}
     applied: list[Change] = []
     violations: list[dict[str, Any]] = []
     for change in changes:
@@ -211,7 +213,7 @@ def apply_changes(
             )
             continue
         try:
-            _apply(out, change)
+            out = _apply(out, change)
         except PathError as e:
             violations.append({"path": ".".join(change.path), "op": change.op, "reason": str(e)})
             continue
@@ -219,23 +221,29 @@ def apply_changes(
     return out, applied, violations
 
 
-def _apply(payload: dict[str, Any], change: Change) -> None:
-    node: Any = payload
+def _apply(payload: dict[str, Any], change: Change) -> dict[str, Any]:
+    """`payload` with `change` applied, copying the objects along its path (never mutating them)."""
+    root = dict(payload)
+    node = root
     for i, part in enumerate(change.path[:-1]):
         nxt = node.get(part)
         if nxt is None:
             if change.op == "delete":
-                return
-            nxt = node[part] = {}
+                return root
+            nxt = {}
         elif not isinstance(nxt, dict):
             where = ".".join(change.path[: i + 1])
             raise PathError(f"cannot write below {where!r}: it holds a {type(nxt).__name__}, not an object")
+        else:
+            nxt = dict(nxt)
+        node[part] = nxt
         node = nxt
     last = change.path[-1]
     if change.op == "delete":
         node.pop(last, None)
     else:
-        node[last] = copy.deepcopy(change.value)
+        node[last] = change.value
+    return root
 
 
 def diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[Change]:
