@@ -26,13 +26,8 @@ from stead._changes import CHANGES_KEY, decode_changes, effective
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.extend import record_step
 from stead.messages import ToolCall, ToolResult, dumps
-from stead.orchestration._orchestrator import (
-    RUN_CHANGES_KEY,
-    X_DEFINITION,
-    X_LIMITS,
-    base_lists,
-    chain_of,
-)
+from stead.orchestration._keys import X_DEFINITION, X_LIMITS, base_lists, chain_of
+from stead.orchestration._orchestrator import RUN_CHANGES_KEY
 from stead.store.base import Tx
 
 if TYPE_CHECKING:

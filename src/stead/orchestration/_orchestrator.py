@@ -23,28 +23,33 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-import jinja2.meta
-
 from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
-from stead.core.config import AgentConfig
-from stead.core.hooks import HookContext
 from stead.core.outcome import Outcome
 from stead.core.records import PAYLOAD, PAYLOAD_METADATA
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
-from stead.flows._builtins import BUILTIN_TOOLS, BUILTINS_KEY, PER_RUN_VARIABLES, Builtins
+from stead.flows._builtins import BUILTIN_TOOLS, BUILTINS_KEY, Builtins
 from stead.flows._engine import PROMPT_TOOL, FlowEngine
 from stead.flows._loader import compile_flow
 from stead.flows._paths import Pattern, allowed, diff, filter_payload
-from stead.flows._pipeline import OPT_OUT_KEY, PIPELINE_TOOL
 from stead.flows._provider import FLOW_KEY, INPUT_METADATA, FlowProvider, FlowRuntime, prompt_tool
 from stead.flows._scratchpad import empty as empty_scratchpad
 from stead.flows._scratchpad import view as scratchpad_view
+from stead.orchestration._flow_support import DefinitionsEnv, flow_key, has_prompt, payload_rules_of
+from stead.orchestration._keys import (
+    PARENT_KEY,
+    X_CHAIN,
+    X_DATA,
+    X_DEFINITION,
+    X_LIMITS,
+    X_SUB_AGENTS,
+    X_TOOLS,
+    chain_of,
+)
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
@@ -65,16 +70,6 @@ log = logging.getLogger("stead.orchestration")
 DEFAULT_MAX_CONCURRENT_DELEGATIONS = 5
 DEFAULT_MAX_DELEGATION_DEPTH = 4
 
-# AgentConfig.extra keys of agents built from definitions
-X_DEFINITION = "stead.definition"
-X_CHAIN = "stead.chain"  # definition names from the root of the delegation tree to this agent
-X_DATA = "stead.data"
-X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
-X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
-X_LIMITS = "stead.limits"
-
-PARENT_KEY = "stead.parent"
-
 
 class DelegationError(Exception):
     """A delegation could not produce an answer (the model gets it as an error result)."""
@@ -82,51 +77,6 @@ class DelegationError(Exception):
 
 def _scripted_key(definition: AgentDefinition, index: int) -> str:
     return f"scripted/{definition.name}" + (f"#{index}" if index else "")
-
-
-_PARSER = jinja2.Environment()
-
-
-def _rules(definition: AgentDefinition | None) -> tuple[list[Pattern] | None, list[Pattern] | None]:
-    """A definition's (read, write) payload patterns (None: unrestricted)."""
-    rules = definition.payload if definition is not None else None
-    if rules is None:
-        return None, None
-    return rules._read, rules._write
-
-
-def _flow_key(name: str) -> str:
-    """The provider name of a flow definition's engine."""
-    return f"flow/{name}"
-
-
-def _has_prompt(definition: AgentDefinition) -> bool:
-    def body_has(step: Any) -> bool:
-        return step.prompt is not None
-
-    for s in definition.steps:
-        if body_has(s) or (s.for_each is not None and body_has(s.for_each.do)):
-            return True
-        if s.while_ is not None and body_has(s.while_.do):
-            return True
-    return False
-
-
-def chain_of(config: AgentConfig) -> list[str]:
-    """The delegation chain of an agent: root → … → this agent (a root agent is a chain of one)."""
-    chain = config.extra.get(X_CHAIN)
-    if isinstance(chain, list) and all(isinstance(c, str) for c in chain) and chain:
-        return list(chain)
-    return [str(config.extra.get(X_DEFINITION) or config.name or "agent")]
-
-
-def base_lists(config: AgentConfig) -> tuple[list[str], list[str]]:
-    """An agent's own (tools, sub-agents), before the runtime changes of a run."""
-    tools = config.extra.get(X_TOOLS)
-    subs = config.extra.get(X_SUB_AGENTS)
-    if isinstance(tools, list) and isinstance(subs, list):
-        return [str(t) for t in tools], [str(s) for s in subs]
-    return list(config.tools), []
 
 
 class Orchestrator:
@@ -151,9 +101,10 @@ class Orchestrator:
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
         self.flows = FlowRuntime(X_DATA)
         """The flow layer: pending engine decisions and sub-agent payload merges (docs/flows.md)."""
-        self.builtins = Builtins(self)
+        self.builtins = Builtins(
+            DefinitionsEnv(self.registry, lambda: self.system, self.delegation_tools, self._template_context)
+        )
         """The opt-in built-in tools of loop agents and their hooks."""
-        self._run_vars: dict[str, bool] = {}
         self.engines: dict[str, FlowEngine] = {}
         for definition in self.registry.values():
             if not definition._compiled:
@@ -193,7 +144,7 @@ class Orchestrator:
                 raise ConfigurationError(f"definition {name!r} has the same name as a tool")
             out[name] = t
         extra_tools = self.builtins.tools({b for d in self.registry.values() for b in d.builtin_tools})
-        if any(_has_prompt(d) for d in self.registry.values()):
+        if any(has_prompt(d) for d in self.registry.values()):
             extra_tools.append(prompt_tool())
         for t in extra_tools:
             if t.name in out:
@@ -210,7 +161,7 @@ class Orchestrator:
                 if provider is not None:
                     out[_scripted_key(definition, i)] = provider
         for name, engine in self.engines.items():
-            out[_flow_key(name)] = FlowProvider(engine, self.flows)
+            out[flow_key(name)] = FlowProvider(engine, self.flows)
         return out
 
     def is_sub_agent(self, tool_name: str) -> bool:
@@ -313,12 +264,12 @@ class Orchestrator:
         name = definition.name
         chain = list(chain) if chain is not None else [name]
         own_tools = [t.name for t in definition.resolved_tools]
-        if _has_prompt(definition):
+        if has_prompt(definition):
             own_tools.append(PROMPT_TOOL)
         tools, subs = effective(own_tools, definition.sub_agents, changes, len(chain) - 1, name)
         inner: dict[str, Any] = {}
         model = "flow"
-        if _has_prompt(definition):
+        if has_prompt(definition):
             provider, model = self._resolve_model(definition)
             inner = {"provider": provider, "model": model}
         extra: dict[str, Any] = {
@@ -336,7 +287,7 @@ class Orchestrator:
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
         return {
-            "provider": _flow_key(name),
+            "provider": flow_key(name),
             "model": model,
             "instructions": "",
             "tools": [*tools, *subs],
@@ -353,55 +304,6 @@ class Orchestrator:
             "sub_agents": [self._describe_sub_agent(s) for s in subs],
             "data": dict(data) if isinstance(data, dict) else {},
         }
-
-    # ------------------------------------------------------------------ for the built-in tools (BuiltinEnv)
-    def _definition_of(self, agent_id: str) -> AgentDefinition | None:
-        agent = self.system.loaded(agent_id)
-        name = agent.config.extra.get(X_DEFINITION) if agent is not None else None
-        return self.registry.get(name) if isinstance(name, str) else None
-
-    def payload_rules(self, agent_id: str) -> tuple[list[Pattern] | None, list[Pattern] | None]:
-        definition = self._definition_of(agent_id)
-        return _rules(definition)
-
-    def pipeline_tools(self, agent_id: str) -> dict[str, Tool]:
-        """An agent's own tools that a pipeline may call: not sub-agents, not transactional tools, not the
-        pipeline itself or the scratchpad and payload built-ins, not tools that opted out."""
-        agent = self.system.loaded(agent_id)
-        if agent is None:
-            return {}
-        own, _ = base_lists(agent.config)
-        refused = {PIPELINE_TOOL, PROMPT_TOOL, *BUILTIN_TOOLS["scratchpad"], *BUILTIN_TOOLS["payload"]}
-        out: dict[str, Tool] = {}
-        for name in own:
-            t = self.system.tools.get(name)
-            if t is None or name in refused or name in self.delegation_tools or t.transactional:
-                continue
-            if t.metadata.get(OPT_OUT_KEY) is False:
-                continue
-            out[name] = t
-        return out
-
-    def uses_run_state(self, ctx: HookContext) -> bool:
-        name = ctx.extra.get(X_DEFINITION)
-        definition = self.registry.get(name) if isinstance(name, str) else None
-        if definition is None or definition.type != "loop":
-            return False
-        found = self._run_vars.get(definition.name)
-        if found is None:
-            used = jinja2.meta.find_undeclared_variables(_PARSER.parse(definition.instructions))
-            found = self._run_vars[definition.name] = bool(used & set(PER_RUN_VARIABLES))
-        return found
-
-    def render_instructions(self, ctx: HookContext, variables: dict[str, Any]) -> str | None:
-        name = ctx.extra.get(X_DEFINITION)
-        definition = self.registry.get(name) if isinstance(name, str) else None
-        if definition is None:
-            return None
-        tools, subs = base_lists(AgentConfig("", "", tools=[], extra=ctx.extra))
-        context = self._template_context(definition, tools, subs, ctx.extra.get(X_DATA))
-        context.update(variables)
-        return render_instructions(definition, context)
 
     def _describe_tool(self, name: str) -> dict[str, str]:
         t = self.system.tools.get(name)
@@ -491,7 +393,7 @@ class Orchestrator:
         ids = await ctx.kv.get_or_create("child", lambda: {"agent": new_id(), "message": new_id()})
         child_id, message_id = str(ids["agent"]), str(ids["message"])
         child_def = self.definition(target)
-        read, write = _rules(child_def)
+        read, write = payload_rules_of(child_def)
         sent = filter_payload(await self._run_payload(ctx.agent_id), read)  # what the sub-agent may see
         async with self._semaphore(ctx.agent_id):
             child: Agent | None = None
