@@ -503,3 +503,47 @@ async def test_F12_a_flow_is_a_sub_agent_of_a_loop_agent_and_a_loop_agent_of_a_f
     (helper_run,) = flow_run.children
     assert helper_run.breadcrumb == "lead → pipeline → helper"
     assert flow_run.steps[1].type == "sub_agent" and flow_run.steps[1].target_run_id == helper_run.id
+
+
+async def test_F10_a_parallel_for_each_of_prompt_steps_calls_the_model_once_per_item(
+    db_url: str, team: Path
+) -> None:
+    F.write_flow(
+        team,
+        "tagger",
+        """
+        steps:
+          - name: tag
+            for_each:
+              items: payload.words
+              as: word
+              parallel: true
+              concurrency: 3
+              do:
+                prompt: "Tag the word {{ word }}."
+                output: {"tags[]": step.output.tag}
+        """,
+        model="scripted:model.yaml",
+    )
+
+    def answer(request: stead.ProviderRequest) -> Any:
+        word = request.instructions.removeprefix("Tag the word ").removesuffix(".")
+        return {"tag": word.upper()}
+
+    result, run = await run_flow(
+        db_url,
+        team,
+        "tagger",
+        payload={"words": ["a", "b", "c", "d"]},
+        providers={"scripted/tagger": F.prompt_model(answer)},
+    )
+    assert result.ok, result.error
+    assert result.payload is not None and result.payload["tags"] == ["A", "B", "C", "D"]  # index order
+    prompts = [s.name for s in run.steps if s.type == "prompt"]
+    assert prompts == ["tagger: tag[0], tag[1], tag[2]", "tagger: tag[3]"]  # one response per wave
+    assert [s.name for s in run.steps if s.type == "tool"] == [
+        "tagger: tag[0] (answer)",
+        "tagger: tag[1] (answer)",
+        "tagger: tag[2] (answer)",
+        "tagger: tag[3] (answer)",
+    ]
