@@ -201,12 +201,12 @@ class FlowEngine:
         return self._fail(head, "the flow made no progress (a cycle of steps that do no work?)")
 
     async def _end(self, ft: FlowTx, head: dict[str, Any]) -> End:
-        last = head["prev"] or {}
+        last = await self._prev(ft, head) or {}
         if last.get("status") == "failed":
             return self._fail(head, f"step {last.get('name')!r} failed: {last.get('error')}")
         text = ""
         if self.definition._result is not None:
-            context = await self._context(ft, head, _Ctx(step=head["prev"]))
+            context = await self._context(ft, head, _Ctx(step=last or None))
             try:
                 text = _as_text(self.definition._result.evaluate(context))
             except ExpressionError as e:
@@ -225,7 +225,7 @@ class FlowEngine:
     async def _navigate(self, ft: FlowTx, head: dict[str, Any]) -> str | None:
         last = head["last"]
         head["last"] = None
-        head["prev"] = _brief(last)
+        head["prev"] = last["name"]  # its result is `steps.<name>` (kept once, not in the head)
         context = await self._context(ft, head, _Ctx(step=last))
         candidates = self.paths.get(last["name"], [])
         if last["status"] == "failed":
@@ -247,6 +247,14 @@ class FlowEngine:
                     raise _FlowError(f"the condition of the path {p.from_} → {p.to} failed: {e}") from None
         return None
 
+    async def _prev(self, ft: FlowTx, head: dict[str, Any]) -> dict[str, Any] | None:
+        """The step that finished last (`step` in the next step's input mappings)."""
+        name = head["prev"]
+        if name is None:
+            return None
+        found = await ft.get(STEP + name)
+        return {"name": name, **found} if isinstance(found, dict) else None
+
     async def _enter(self, ft: FlowTx, head: dict[str, Any], name: str) -> Work | None:
         step = self.steps[name]
         head["seq"] += 1
@@ -254,7 +262,7 @@ class FlowEngine:
         head["trail"] = [*head["trail"], name][-_TRAIL:]
         if head["seq"] > MAX_FLOW_STEPS:
             raise _FlowError(f"it took more than {MAX_FLOW_STEPS:,} steps (do its paths form a cycle?)")
-        ctx = _Ctx(step=head["prev"])
+        ctx = _Ctx(step=await self._prev(ft, head))
         if step.for_each is not None:
             try:
                 items = step.for_each._items.evaluate(await self._context(ft, head, ctx))
@@ -294,11 +302,12 @@ class FlowEngine:
             stop = frame["failed"] is not None and not spec.continue_on_error
             if frame["next"] < frame["n"] and not stop:
                 items = await ft.get(ITEMS) or []
+                prev = await self._prev(ft, head)
                 wave = min(spec.concurrency, frame["n"] - frame["next"]) if spec.parallel else 1
                 calls: list[Planned] = []
                 for index in range(frame["next"], frame["next"] + wave):
                     loop = {spec.as_: items[index], "index": index}
-                    planned = await self._plan(ft, head, name, spec.do, _Ctx(step=head["prev"], loop=loop))
+                    planned = await self._plan(ft, head, name, spec.do, _Ctx(step=prev, loop=loop))
                     if isinstance(planned, dict):  # its input could not be built: a failed iteration
                         cid = "x" + new_id()
                         ft.put(RAW + cid, {"ok": False, "out": planned["error"]})
@@ -320,7 +329,8 @@ class FlowEngine:
             self._finish(ft, head, await self._loop_result(ft, head, name, frame))
             return None
         k = frame["k"]
-        context = await self._context(ft, head, _Ctx(step=head["prev"], loop={"iteration": k}))
+        prev = await self._prev(ft, head)
+        context = await self._context(ft, head, _Ctx(step=prev, loop={"iteration": k}))
         try:
             holds = spec_w._when.test(context)
         except ExpressionError as e:
@@ -336,7 +346,7 @@ class FlowEngine:
             result = await self._loop_result(ft, head, name, frame)
             self._finish(ft, head, {**result, "status": "failed", "error": error})
             return None
-        planned = await self._plan(ft, head, name, spec_w.do, _Ctx(step=head["prev"], loop={"iteration": k}))
+        planned = await self._plan(ft, head, name, spec_w.do, _Ctx(step=prev, loop={"iteration": k}))
         frame["k"] = k + 1
         if isinstance(planned, dict):
             frame["failed"] = planned["error"]
@@ -548,10 +558,6 @@ class FlowEngine:
 # ---------------------------------------------------------------------------------------------- helpers
 def _result(name: str, status: str, output: Any, error: str | None = None) -> dict[str, Any]:
     return {"name": name, "status": status, "output": output, "error": error}
-
-
-def _brief(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if result is None else dict(result)
 
 
 def _kind(value: Any) -> str:
