@@ -106,6 +106,10 @@ class Hooks:
         """The active period ends: the pending record is being deleted. `ctx.outcome` says how the run
         ended; `error` is its failure (or "aborted") when it did not complete."""
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        """`system.delete` is removing the agent (its row, keys and history) in `ctx.tx`: a layer that keeps
+        rows about the agent deletes them here, so they go exactly when the agent does."""
+
     # -- decisions ---------------------------------------------------------------------------------
     async def instructions(self, ctx: HookContext, instructions: str) -> str:
         """The system instructions of the next model request (default: the agent's configured ones). Layers
@@ -155,6 +159,7 @@ HOOK_METHODS = (
     "tool_dispatched_tx",
     "tool_result_tx",
     "settled_tx",
+    "agent_deleted_tx",
     "instructions",
     "tool_output",
     "offered_tools",
@@ -189,6 +194,7 @@ class HookSet:
         self._tool_dispatched_tx = self._by["tool_dispatched_tx"]
         self._tool_result_tx = self._by["tool_result_tx"]
         self._settled_tx = self._by["settled_tx"]
+        self._agent_deleted_tx = self._by["agent_deleted_tx"]
         self._instructions = self._by["instructions"]
         self._tool_output = self._by["tool_output"]
         self._offered_tools = self._by["offered_tools"]
@@ -236,6 +242,10 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self._settled_tx:
             await h.settled_tx(ctx, error)
+
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        for h in self._agent_deleted_tx:
+            await h.agent_deleted_tx(ctx)
 
     async def instructions(self, ctx: HookContext, instructions: str) -> str:
         for h in self._instructions:
