@@ -128,8 +128,12 @@ def test_bad_name_and_bad_model(project: Path) -> None:
     assert str(error_of(p)).startswith(f"{p}:3: model: must look like 'provider:model'")
     p = write(project, "agent.yaml", "name: ok\nmodel: acme:x\n")
     assert "unknown provider 'acme'" in str(error_of(p))
-    p = write(project, "agent.yaml", "name: ok\nmodel: scripted:model.yaml\ntype: flow\n")
-    assert load_definition(p).type == "flow"  # reserved: loads; creating it is refused (orchestration)
+    p = write(
+        project,
+        "agent.yaml",
+        "name: ok\nmodel: scripted:model.yaml\ntype: flow\nsteps: [{name: a, prompt: hi}]\n",
+    )
+    assert load_definition(p).type == "flow"  # (flows are implemented since issue 16: tests/flows/)
 
 
 def test_not_a_mapping_and_empty(project: Path) -> None:

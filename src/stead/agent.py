@@ -25,6 +25,7 @@ from stead.core.decide import refuse_call, release_call
 from stead.core.events import Event, Settled
 from stead.core.hooks import CompactionInfo
 from stead.core.outcome import Outcome
+from stead.core.records import PAYLOAD_METADATA
 from stead.core.results import RunResult, read_run_state, waiting_result
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
 from stead.errors import (
@@ -152,16 +153,25 @@ class Agent:
         permission_mode: str | None = None,
         profile: str | None = None,
         changes: Sequence[RuntimeChange] | None = None,
+        payload: dict[str, Any] | None = None,
     ) -> Acceptance:
         """Queue a message for when the agent would otherwise stop. Returns after the durable write (A2).
 
         `changes` (`stead.RuntimeChange`s) add or remove tools and sub-agents for the run this message
         starts, scoped to the root, every agent of the delegation tree, the sub-agents, or named agents;
-        they travel in the message metadata (`stead.changes`) and are as durable as the message."""
+        they travel in the message metadata (`stead.changes`) and are as durable as the message.
+
+        `payload` (a JSON object) is the starting payload of the run this message starts: it rides in the
+        metadata (`stead.payload`), flows and payload tools change it, and the run's result carries it as
+        it ended (`RunResult.payload`)."""
         settings = _settings(provider, model, effort, permission_mode, profile)
         if changes:
             # checked by the orchestration plugin's validator, like any message carrying changes
             metadata = {**(metadata or {}), CHANGES_KEY: [_encode_change(c) for c in changes]}
+        if payload is not None:
+            if not isinstance(payload, dict):
+                raise InvalidInput(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
+            metadata = {**(metadata or {}), PAYLOAD_METADATA: payload}
         (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings)])
         return acc
 
@@ -197,12 +207,13 @@ class Agent:
         permission_mode: str | None = None,
         profile: str | None = None,
         changes: Sequence[RuntimeChange] | None = None,
+        payload: dict[str, Any] | None = None,
     ) -> RunResult:
         """Send a message and wait for the run that consumed it to settle; return that run's result
-        (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`). A run that has nothing left to do but
-        wait for decisions on held tool calls returns with outcome `awaiting_input` (and the messages so
-        far); decide them (`system.approve` / `system.reject`) and call `run` again with the same `id` for
-        the rest.
+        (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`, `.payload` — the run's payload as it ended,
+        starting from `payload`). A run that has nothing left to do but wait for decisions on held tool calls
+        returns with outcome `awaiting_input` (and the messages so far); decide them (`system.approve` /
+        `system.reject`) and call `run` again with the same `id` for the rest.
 
         As durable as `send`: with an `id` that was accepted before — in this process or before a crash —
         nothing is sent again; the result is that of the run that consumed the earlier message (waiting
@@ -226,6 +237,7 @@ class Agent:
                 permission_mode=permission_mode,
                 profile=profile,
                 changes=changes,
+                payload=payload,
             )
             while True:
                 result = await self._run_result(acc.id)

@@ -2,8 +2,9 @@
 
 The transaction that accepts a message writes its identity (`msg.<id>`, absent-only: a repeated id is
 ignored, A3), its queue entry and — if absent — the pending record; creating that record is the activation,
-and the activation hook runs in the same transaction (a failing hook refuses the message, A4). The queue
-and the loop change only after the commit, so accepting inside a caller's own transaction publishes
+and the activation hook runs in the same transaction (a failing hook refuses the message, A4); an
+activating message's payload (`metadata["stead.payload"]`) becomes the run's payload (`kv.r.payload`).
+The queue and the loop change only after the commit, so accepting inside a caller's own transaction publishes
 nothing until that caller commits (A6). Validation and copying happen before (in `stead.Agent`); grouping
 concurrent acceptances into one commit happens above (in `stead.AgentSystem`).
 
@@ -22,7 +23,7 @@ from stead.core import records as R
 from stead.core.events import Activated
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState
-from stead.messages import Message, Role, decode_block
+from stead.messages import Message, Role, decode_block, dumps
 from stead.store.base import Tx
 
 __all__ = ["Inbound", "accept", "enqueue"]
@@ -51,6 +52,9 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
     if await tx.get(st.id, R.PENDING) is None:
         activated = Pending("inference", new_id(), activated_at=time.time())
         await tx.write_if_absent(st.id, R.PENDING, activated.encode())
+        payload = (item.metadata or {}).get(R.PAYLOAD_METADATA)
+        if payload is not None:  # the run starts with the activating message's payload
+            await tx.write(st.id, R.PAYLOAD, dumps(payload))
         if st.hooks.wants("activated_tx"):
             ctx = st.hook_ctx(tx, activated)
             ctx.message = Message(

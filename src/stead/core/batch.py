@@ -19,13 +19,15 @@ moves the pending record back to `inference`.
 
 A result longer than the tool's `max_result_chars` (or the agent's `max_tool_result_chars`, 100,000 by
 default) is cut in the conversation with a marker saying how much was cut; `tool_result_tx` hooks (the run
-record's tool step) get the full output.
+record's tool step) get the full output. Before that, `tool_output` hooks may replace a result the tool
+produced (a large output stored elsewhere, kept in the conversation as a reference).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from stead._ids import new_id
@@ -52,6 +54,8 @@ __all__ = [
     "dispatch",
     "run_batch",
 ]
+
+log = logging.getLogger("stead.core")
 
 Batch = list[tuple[str, ToolCall]]
 """The calls of a dispatched batch with their entry keys, in call order."""
@@ -289,11 +293,27 @@ async def _execute(
         cid = call.id or ""
         st.executing.add(cid)
         try:
-            return await _invoke(st, call, tool, ctx, args)
+            return await _output(st, pending, call, await _invoke(st, call, tool, ctx, args))
         finally:
             st.executing.discard(cid)
             if cid in st.awaiting_calls:
                 st.call_awaits_input(cid, False)
+
+
+async def _output(st: AgentState, pending: Pending, call: ToolCall, result: ToolResult) -> ToolResult:
+    """The `tool_output` hooks' version of a result the tool produced (the original when none is set, or
+    when a hook fails: the call ran, and its outcome must not be lost)."""
+    if not st.hooks.wants("tool_output"):
+        return result
+    try:
+        return await st.hooks.tool_output(st.hook_ctx(None, pending), call, result)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception(
+            "agent %s: a tool_output hook failed for call %s (the result is kept as is)", st.id, call.id
+        )
+        return result
 
 
 def cut_output(result: ToolResult, limit: int) -> ToolResult:
@@ -386,8 +406,8 @@ async def _run_transactional(
             if result.is_error:
                 raise _RollBack(result)
     except _RollBack as rb:
-        return rb.result
-    return result
+        return await _output(st, pending, call, rb.result)
+    return await _output(st, pending, call, result)
 
 
 class _RollBack(Exception):

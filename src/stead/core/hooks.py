@@ -71,6 +71,10 @@ class ResponseInfo:
     purpose: str = "turn"
     """`turn` (the agent's own inference) or `compaction` (a summary request of a compaction, K1)."""
 
+    model_call: bool = True
+    """False when the provider answered without calling a model (`Done(model_call=False)`: a flow engine
+    choosing its next step); run records and guardrails skip such responses."""
+
 
 @dataclass(frozen=True)
 class CompactionInfo:
@@ -171,6 +175,18 @@ class Hooks:
         history was replaced) or failed (`compaction.error`, in the transaction recording the failure)."""
 
     # -- decisions ---------------------------------------------------------------------------------
+    async def instructions(self, ctx: HookContext, instructions: str) -> str:
+        """The system instructions of the next model request (default: the agent's configured ones). Layers
+        render per-run state into them (a payload, a scratchpad); derive them from durable state only, so a
+        restarted process sends the same request (R4). Hooks chain: each gets the previous one's text."""
+        return instructions
+
+    async def tool_output(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> ToolResult:
+        """A call's result, after the tool ran and before it commits: return it, or a replacement for the
+        conversation (e.g. a reference to where a large output was stored). Hooks chain. The `tool_result_tx`
+        hooks then see the replacement; keep what they need to store (the full output) meanwhile."""
+        return result
+
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         """The tool names offered to the model — and allowed to run — for this run (default: the agent's
         configured tools). Called before each inference and each batch; must be cheap and not block."""
@@ -213,6 +229,8 @@ HOOK_METHODS = (
     "agent_deleted_tx",
     "before_compaction",
     "compaction_tx",
+    "instructions",
+    "tool_output",
     "offered_tools",
     "model_changed",
     "before_inference",
@@ -251,6 +269,8 @@ class HookSet:
         self._agent_deleted_tx = self._by["agent_deleted_tx"]
         self._before_compaction = self._by["before_compaction"]
         self._compaction_tx = self._by["compaction_tx"]
+        self._instructions = self._by["instructions"]
+        self._tool_output = self._by["tool_output"]
         self._offered_tools = self._by["offered_tools"]
         self._model_changed = self._by["model_changed"]
         self._before_inference = self._by["before_inference"]
@@ -325,6 +345,16 @@ class HookSet:
     async def compaction_tx(self, ctx: HookContext, compaction: CompactionInfo) -> None:
         for h in self._compaction_tx:
             await h.compaction_tx(ctx, compaction)
+
+    async def instructions(self, ctx: HookContext, instructions: str) -> str:
+        for h in self._instructions:
+            instructions = await h.instructions(ctx, instructions)
+        return instructions
+
+    async def tool_output(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> ToolResult:
+        for h in self._tool_output:
+            result = await h.tool_output(ctx, call, result)
+        return result
 
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         for h in self._offered_tools:

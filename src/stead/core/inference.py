@@ -92,7 +92,12 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
             return await fail(st, turn, refusal, end_run=True)
     try:
         provider = _provider(st, settings)
-        request = _request(st, turn, settings)
+        instructions = st.config.instructions
+        if hooks.wants("instructions"):
+            ctx = st.hook_ctx(None, pending, inference_id=inf_id)
+            ctx.settings = dict(settings)
+            instructions = await hooks.instructions(ctx, instructions)
+        request = _request(st, turn, settings, instructions)
         reason, error = await _stream(st, turn, provider, request)
     except ProviderError as e:
         limit = context_overflow(e)
@@ -217,7 +222,7 @@ def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
     return provider
 
 
-def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRequest:
+def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions: str) -> ProviderRequest:
     staged = [
         Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata) for q in turn.take
     ]
@@ -235,7 +240,7 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRe
             specs.append(ToolSpec(t.name, t.description, t.parameters))
     return ProviderRequest(
         model=str(settings.get("model", st.config.model)),
-        instructions=st.config.instructions,
+        instructions=instructions,
         messages=history + staged if staged else list(history),
         tools=specs,
         agent_id=st.id,
@@ -282,6 +287,7 @@ async def _stream(
                 st.emit(ev)
         elif isinstance(ev, Done):
             reason, error = ev.reason, ev.error
+            turn.model_call = ev.model_call
             break
     turn.streaming = False
     return reason, error

@@ -11,13 +11,14 @@ Keys (per agent, sorted):
     usage                         the last inference's usage (S4)
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
+    kv.r.payload                  the run's JSON payload (from the activating message's `stead.payload`)
 
 History records (JSON, append-only):
     {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id}   consumed input
     {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
-    {"k":"e","run":run id,"o":outcome[,"x":error]}                      the end of a run (settlement)
+    {"k":"e","run":run id,"o":outcome[,"x":error][,"p":payload]}        the end of a run (settlement)
     {"k":"c","id":compaction id,"n":records written,[,"x":summary],...} the first record after a compaction
 
 A compaction (`stead.core.compaction`) moves the whole history to the archive and writes `[c, *kept]`;
@@ -72,6 +73,12 @@ RUN_KV = "kv.r."
 COMPACT = "q.compact"
 COMPACTION = "compaction"
 SUMMARY_HEADING = "Summary of the earlier conversation (older messages were compacted):"
+PAYLOAD = "kv.r.payload"
+"""The run's payload (a JSON object): written at activation from the activating message's metadata
+(`PAYLOAD_METADATA`), changed by higher layers (flows, payload tools) in the transactions of their steps, and
+copied into the end-of-run record at settlement (`RunResult.payload`)."""
+PAYLOAD_METADATA = "stead.payload"
+"""Message metadata key carrying a run's starting payload (`agent.send(..., payload=...)`)."""
 
 
 def msg_key(message_id: str) -> str:
@@ -268,11 +275,14 @@ def build_messages(records: list[dict[str, Any]]) -> list[Message]:
     return MessageBuilder(records).messages()
 
 
-def end_record(run_id: str, outcome: Outcome, error: str | None) -> dict[str, Any]:
-    """The end-of-run record settlement appends (not part of the conversation)."""
+def end_record(run_id: str, outcome: Outcome, error: str | None, payload: Any = None) -> dict[str, Any]:
+    """The end-of-run record settlement appends (not part of the conversation); `payload` is the run's
+    payload as it ended (kept only when the run had one)."""
     rec: dict[str, Any] = {"k": "e", "run": run_id, "o": outcome.value}
     if error is not None:
         rec["x"] = error
+    if payload is not None:
+        rec["p"] = payload
     return rec
 
 

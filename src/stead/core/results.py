@@ -38,6 +38,9 @@ class RunResult:
     """Why the run did not complete (None when it did)."""
     message_id: str | None = None
     """The message this result was asked for."""
+    payload: dict[str, Any] | None = None
+    """The run's payload as it ended (`send(..., payload=...)` starts it; flows and payload tools change
+    it); None when the run had none."""
 
     @property
     def ok(self) -> bool:
@@ -85,7 +88,7 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
                 text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
                 outcome = Outcome(str(rec.get("o", Outcome.COMPLETED.value)))
                 result = RunResult(
-                    end_run, outcome, text, messages, _usage(messages), rec.get("x"), message_id
+                    end_run, outcome, text, messages, _usage(messages), rec.get("x"), message_id, rec.get("p")
                 )
                 return RunState(end_run, result)
             start = i + 1

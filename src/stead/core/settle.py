@@ -1,8 +1,9 @@
 """Settlement (X2, X3): the end of an active period, in one transaction.
 
-Inside the transaction that ends the run: the pending record is deleted, run-scoped KV is cleared, the
-end-of-run history record (`{"k":"e","run":…,"o":outcome}`, the durable link from the run to its outcome,
-see `stead.core.results`) is appended and the `settled_tx` hooks run with `ctx.outcome`. Work accepted
+Inside the transaction that ends the run: the pending record is deleted, run-scoped KV is cleared (the
+run's payload, `kv.r.payload`, is kept in the end record first), the end-of-run history record
+(`{"k":"e","run":…,"o":outcome}`, the durable link from the run to its outcome, see `stead.core.results`)
+is appended and the `settled_tx` hooks run with `ctx.outcome`. Work accepted
 inside this very transaction (by a hook) re-creates the pending record, which reopens the run instead of
 stranding the work. After the commit: the mirror, the `Settled` event, and the observing `settled` hooks.
 """
@@ -10,6 +11,7 @@ stranding the work. After the commit: the mirror, the `Settled` event, and the o
 from __future__ import annotations
 
 import asyncio
+import json
 
 from stead.core import records as R
 from stead.core.events import Settled
@@ -26,8 +28,9 @@ async def settle_in(st: AgentState, tx: Tx, pending: Pending, outcome: Outcome, 
     """Inside `tx`: end the run `pending` describes with `outcome` (and `error` when it did not complete)."""
     agent_id = st.id
     await tx.delete(agent_id, R.PENDING)
+    payload = await tx.get(agent_id, R.PAYLOAD)  # the run's payload outlives its run KV in the end record
     await tx.delete_prefix(agent_id, R.RUN_KV)
-    end = R.end_record(pending.run_id, outcome, error)
+    end = R.end_record(pending.run_id, outcome, error, None if payload is None else json.loads(payload))
     await tx.append(agent_id, [dumps(end)])
     hooks = st.hooks
     ctx = None

@@ -54,6 +54,7 @@ class Turn:
     handoff: str | None = None
     started_at: float = 0.0
     first_token_at: float | None = None
+    model_call: bool = True
 
 
 class AgentState(Mirror):

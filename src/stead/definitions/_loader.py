@@ -23,6 +23,7 @@ from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import compile_instructions
 from stead.errors import ConfigurationError, DefinitionError
+from stead.flows._loader import compile_flow
 from stead.providers.base import Provider
 from stead.providers.catalog import load_catalog
 from stead.providers.router import parse_spec
@@ -67,6 +68,7 @@ def _load(
     compile_instructions(definition, doc)
     definition._tools = _resolve_tools(definition, doc)
     _check_models(definition, doc, providers)
+    compile_flow(definition, doc)  # payload rules; a flow's steps, paths and expressions (file:line errors)
     return definition, doc
 
 

@@ -1,8 +1,10 @@
 """The agent definition schema (docs/orchestration.md): what an agent *is*, as written in a YAML file.
 
-`loop` and `realtime` are the implemented types (`flow` is reserved). Unknown keys are refused, so a typo
-never silently does nothing. A `realtime` definition (docs/realtime.md) names the durable agents it hands
-work to (`target_agents`) and its voice and narration settings (`realtime:`); any definition's `realtime:`
+`loop`, `flow` and `realtime` are the implemented types. Unknown keys are refused, so a typo never
+silently does nothing. The flow keys (`steps`, `paths`, `result`) and `payload` have their shapes in
+`stead.flows._schema`; a flow's expressions and names are checked when the file loads
+(`stead.flows._loader`). A `realtime` definition (docs/realtime.md) names the durable agents it hands work
+to (`target_agents`) and its voice and narration settings (`realtime:`); any definition's `realtime:`
 section is a layer of the effective settings of a realtime agent that targets it.
 """
 
@@ -15,6 +17,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from stead.flows._schema import FlowPath, FlowStep, PayloadRules
 from stead.mcp._config import McpServer
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
@@ -161,20 +164,20 @@ class AgentDefinition(BaseModel):
     """Lowercase letters, digits, `_` and `-` (at most 64)."""
     description: str | None = None
     type: Literal["loop", "flow", "realtime"] = "loop"
-    """`loop`: the model decides, calling tools until it answers. `realtime`: a duplex voice or text session
-    (`system.realtime(definition=...)`) that hands work to its `target_agents`. `flow` is reserved: it
-    loads, but creating an agent of that type is refused until it is implemented."""
+    """`loop`: the model decides, calling tools until it answers. `flow`: a deterministic graph of `steps`
+    and `paths` (docs/flows.md). `realtime`: a duplex voice or text session
+    (`system.realtime(definition=...)`) that hands work to its `target_agents`."""
     instructions: str = ""
     """A Jinja2 template (sandboxed, undefined names are errors). It sees `agent.name`,
     `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
     runtime data given to `system.create(definition=..., data=...)`)."""
-    model: str | list[str]
+    model: str | list[str] | None = Field(default=None, validate_default=True)
     """A model string of the one grammar (`stead.providers.router`): `scripted:model.yaml` (a scripted model
     file, relative to the definition), `openai:gpt-4.1-mini`, `ollama:llama3.2`,
     `openai-compatible:MODEL@URL`, a bare catalog name (`claude-sonnet-4-6`), or `NAME:MODEL` for a
     provider registered with `stead.open(providers={NAME: ...})` — or a list of them: ordered candidates,
     the first usable when the agent is created is used. Checked against that grammar when the file is
-    loaded; keys are checked when an agent is created."""
+    loaded; keys are checked when an agent is created. Required, except for a flow without prompt steps."""
     tools: list[str] = Field(default_factory=list)
     """Import paths: `package.module:name` or `file.py:name` (relative to the definition file)."""
     sub_agents: list[str] = Field(default_factory=list)
@@ -193,6 +196,21 @@ class AgentDefinition(BaseModel):
     context: ContextSection = Field(default_factory=ContextSection)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
+    # ---- flows (type: flow), payloads and built-in tools: docs/flows.md
+    steps: list[FlowStep] = Field(default_factory=list, validate_default=True)
+    """`type: flow`: the steps (tool, sub_agent, prompt, for_each, while)."""
+    paths: list[FlowPath] = Field(default_factory=list)
+    """`type: flow`: the paths between steps (`from`, `to`, optional `when`, `priority`)."""
+    result: str | None = None
+    """`type: flow`: an expression for the run's final text (default: the last step's output)."""
+    payload: PayloadRules | None = None
+    """Which payload paths this agent's prompt sees (`read`) and which it may change (`write`)."""
+    builtin_tools: list[Literal["scratchpad", "pipeline", "artifacts", "payload"]] = Field(
+        default_factory=list
+    )
+    """Opt-in built-in tools for a loop agent: `scratchpad` (private notes and tasks), `pipeline`
+    (server-side dataflows), `artifacts` (large outputs paged by id), `payload` (read and change the
+    payload)."""
 
     _source: Path | None = PrivateAttr(default=None)
     _tools: list[Tool] = PrivateAttr(default_factory=list)
@@ -200,6 +218,9 @@ class AgentDefinition(BaseModel):
     """The scripted model files among the candidates, loaded with the definition (by candidate)."""
     _template: Any = PrivateAttr(default=None)
     _instructions_line: int = PrivateAttr(default=1)
+    _result: Any = PrivateAttr(default=None)
+    _compiled: bool = PrivateAttr(default=False)
+    """Whether the flow parts (expressions, payload rules) were compiled (`stead.flows._loader`)."""
 
     @pydantic.field_validator("name")
     @classmethod
@@ -212,12 +233,38 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _check_type(cls, value: Any) -> Any:
         if value not in ("loop", "flow", "realtime"):
-            raise ValueError(f"unknown agent type {value!r}; use 'loop' or 'realtime' ('flow' is reserved)")
+            raise ValueError(f"unknown agent type {value!r}; use 'loop', 'flow' or 'realtime'")
+        return value
+
+    # Checks that depend on the type are field validators (they see the fields declared before them in
+    # `info.data`), so that an error points at the line of the key it is about.
+    @pydantic.field_validator("steps", "paths", "result", "builtin_tools", "instructions")
+    @classmethod
+    def _check_for_type(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        kind = info.data.get("type")
+        name = info.field_name
+        if name in ("steps", "paths", "result") and value and kind not in (None, "flow"):
+            raise ValueError(f"only a flow (type: flow) has {name}")
+        if kind == "flow":
+            if name == "steps" and not value:
+                raise ValueError("a flow (type: flow) needs at least one step")
+            if name == "instructions" and value:
+                raise ValueError(
+                    "a flow has no instructions of its own: each prompt step has its own 'prompt'"
+                )
+            if name == "builtin_tools" and value:
+                raise ValueError("built-in tools are for loop agents (a flow calls tools from its steps)")
         return value
 
     @pydantic.field_validator("model")
     @classmethod
-    def _check_model(cls, value: str | list[str]) -> str | list[str]:
+    def _check_model(
+        cls, value: str | list[str] | None, info: pydantic.ValidationInfo
+    ) -> str | list[str] | None:
+        if value is None:
+            if info.data.get("type") not in (None, "flow"):
+                raise ValueError("required field is missing")
+            return value
         candidates = [value] if isinstance(value, str) else value
         if not candidates:
             raise ValueError("needs at least one model candidate (e.g. 'openai:gpt-4.1-mini')")
@@ -262,7 +309,9 @@ class AgentDefinition(BaseModel):
 
     @property
     def candidates(self) -> list[str]:
-        """The model candidates in order of preference."""
+        """The model candidates in order of preference (none for a flow without a model)."""
+        if self.model is None:
+            return []
         return [self.model] if isinstance(self.model, str) else list(self.model)
 
     @property

@@ -40,6 +40,7 @@ __all__ = [
     "record_guardrail",
     "record_run",
     "record_step",
+    "rename_step",
     "update_step",
 ]
 
@@ -278,6 +279,19 @@ async def record_step(
     return sid
 
 
+async def rename_step(tx: Tx, run_id: str, step_id: str, name: str) -> None:
+    """Give a recorded step a better name (the run's breadcrumb is prefixed), inside `tx`: a layer that knows
+    what a tool call or an inference stands for names it (a flow names its steps after the flow's steps). A
+    no-op when run records are off or there is no such step."""
+    if RECORDS_MODULE not in tx.store.modules:
+        return
+    await tx.execute(
+        "UPDATE run_steps SET name = COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || ? "
+        "WHERE run_id = ? AND id = ?",
+        (run_id, name, run_id, step_id),
+    )
+
+
 async def record_run(
     tx: Tx,
     run_id: str,
@@ -510,8 +524,8 @@ class RunRecorder(Hooks):
 
     async def _prompt(self, ctx: HookContext, info: ResponseInfo) -> None:
         tx, run_id = ctx.tx, ctx.run_id
-        if tx is None or run_id is None:
-            return
+        if tx is None or run_id is None or not info.model_call:
+            return  # no model was called (a flow engine's navigation): no prompt step
         u = info.usage
         latency = round((info.ended_at - info.started_at) * 1000, 3)
         ttft = (

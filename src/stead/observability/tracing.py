@@ -253,6 +253,10 @@ class TracingHooks(Hooks):
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
         if ctx.tx is None:
             return
+        if not info.model_call:  # no model was called (a flow engine's navigation): no `chat` span
+            inf = info.inference_id
+            ctx.tx.after_commit(lambda: self._output.pop(inf, None))
+            return
         run_id, turn_id = ctx.run_id, ctx.turn_id
         ctx.tx.after_commit(lambda: self._chat_span(ctx.agent_id, ctx.agent_name, run_id, turn_id, info))
 

@@ -26,13 +26,8 @@ from stead._changes import CHANGES_KEY, decode_changes, effective
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.extend import record_step
 from stead.messages import ToolCall, ToolResult, dumps
-from stead.orchestration._orchestrator import (
-    RUN_CHANGES_KEY,
-    X_DEFINITION,
-    X_LIMITS,
-    base_lists,
-    chain_of,
-)
+from stead.orchestration._keys import X_DEFINITION, X_LIMITS, base_lists, chain_of
+from stead.orchestration._orchestrator import RUN_CHANGES_KEY
 from stead.store.base import Tx
 
 if TYPE_CHECKING:
@@ -125,8 +120,8 @@ class OrchestrationHooks(Hooks):
             await tx.write(agent_id, GUARD_KEY, dumps({"t0": self.clock()}))
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
-        if ctx.tx is None or ctx.run_id is None or self._limits(ctx) is None:
-            return
+        if ctx.tx is None or ctx.run_id is None or self._limits(ctx) is None or not info.model_call:
+            return  # no model request to count (a flow engine's navigation)
         violation = self._violations.get(ctx.run_id)
         if violation is not None and info.error == violation[1]:
             return  # the refused request: no inference happened

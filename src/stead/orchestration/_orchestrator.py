@@ -26,13 +26,33 @@ from typing import TYPE_CHECKING, Any
 from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
 from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
-from stead.core.config import AgentConfig
 from stead.core.outcome import Outcome
+from stead.core.records import PAYLOAD, PAYLOAD_METADATA
 from stead.core.results import RunResult
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
 from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
+from stead.flows._builtins import BUILTIN_TOOLS, BUILTINS_KEY, Builtins
+from stead.flows._engine import PROMPT_TOOL, FlowEngine
+from stead.flows._loader import compile_flow
+from stead.flows._paths import Pattern, allowed, diff, filter_payload
+from stead.flows._provider import FLOW_KEY, INPUT_METADATA, FlowProvider, FlowRuntime, prompt_tool
+from stead.flows._scratchpad import empty as empty_scratchpad
+from stead.flows._scratchpad import view as scratchpad_view
+from stead.orchestration._flow_support import DefinitionsEnv, flow_key, has_prompt, payload_rules_of
+from stead.orchestration._keys import (
+    PARENT_KEY,
+    X_CHAIN,
+    X_DATA,
+    X_DEFINITION,
+    X_LIMITS,
+    X_MCP,
+    X_PERMISSIONS,
+    X_SUB_AGENTS,
+    X_TOOLS,
+    chain_of,
+)
 from stead.providers.base import Provider
 from stead.tools._tool import Tool, tool
 from stead.tools.context import ToolContext
@@ -53,18 +73,6 @@ log = logging.getLogger("stead.orchestration")
 DEFAULT_MAX_CONCURRENT_DELEGATIONS = 5
 DEFAULT_MAX_DELEGATION_DEPTH = 4
 
-# AgentConfig.extra keys of agents built from definitions
-X_DEFINITION = "stead.definition"
-X_CHAIN = "stead.chain"  # definition names from the root of the delegation tree to this agent
-X_DATA = "stead.data"
-X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
-X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
-X_LIMITS = "stead.limits"
-X_PERMISSIONS = "stead.permissions"  # allow / ask / deny rules (stead.policy)
-X_MCP = "stead.mcp"  # the MCP servers whose tools the agent is offered (stead.mcp)
-
-PARENT_KEY = "stead.parent"
-
 
 class DelegationError(Exception):
     """A delegation could not produce an answer (the model gets it as an error result)."""
@@ -72,23 +80,6 @@ class DelegationError(Exception):
 
 def _scripted_key(definition: AgentDefinition, index: int) -> str:
     return f"scripted/{definition.name}" + (f"#{index}" if index else "")
-
-
-def chain_of(config: AgentConfig) -> list[str]:
-    """The delegation chain of an agent: root → … → this agent (a root agent is a chain of one)."""
-    chain = config.extra.get(X_CHAIN)
-    if isinstance(chain, list) and all(isinstance(c, str) for c in chain) and chain:
-        return list(chain)
-    return [str(config.extra.get(X_DEFINITION) or config.name or "agent")]
-
-
-def base_lists(config: AgentConfig) -> tuple[list[str], list[str]]:
-    """An agent's own (tools, sub-agents), before the runtime changes of a run."""
-    tools = config.extra.get(X_TOOLS)
-    subs = config.extra.get(X_SUB_AGENTS)
-    if isinstance(tools, list) and isinstance(subs, list):
-        return [str(t) for t in tools], [str(s) for s in subs]
-    return list(config.tools), []
 
 
 class Orchestrator:
@@ -111,6 +102,18 @@ class Orchestrator:
         self.max_depth = max_delegation_depth
         self.clock: Callable[[], float] = clock or time.time
         self.delegation_tools: dict[str, Tool] = {name: self._delegation_tool(name) for name in self.registry}
+        self.flows = FlowRuntime(X_DATA)
+        """The flow layer: pending engine decisions and sub-agent payload merges (docs/flows.md)."""
+        self.builtins = Builtins(
+            DefinitionsEnv(self.registry, lambda: self.system, self.delegation_tools, self._template_context)
+        )
+        """The opt-in built-in tools of loop agents and their hooks."""
+        self.engines: dict[str, FlowEngine] = {}
+        for definition in self.registry.values():
+            if not definition._compiled:
+                compile_flow(definition)  # built in Python (Registry.of): checked here, without file lines
+            if definition.type == "flow":
+                self.engines[definition.name] = FlowEngine(definition)
         self._system: AgentSystem | None = None
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self.model_override: str | None = None
@@ -120,6 +123,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ wiring (stead.open)
     def bind(self, system: AgentSystem) -> None:
         self._system = system
+        self.flows.bind(system)
 
     @property
     def system(self) -> AgentSystem:
@@ -142,6 +146,13 @@ class Orchestrator:
             if name in out:
                 raise ConfigurationError(f"definition {name!r} has the same name as a tool")
             out[name] = t
+        extra_tools = self.builtins.tools({b for d in self.registry.values() for b in d.builtin_tools})
+        if any(has_prompt(d) for d in self.registry.values()):
+            extra_tools.append(prompt_tool())
+        for t in extra_tools:
+            if t.name in out:
+                raise ConfigurationError(f"a tool is named {t.name!r}, like one of stead's built-in tools")
+            out[t.name] = t
         return list(out.values())
 
     def providers(self) -> dict[str, Provider]:
@@ -152,6 +163,8 @@ class Orchestrator:
                 provider = definition._providers.get(candidate)
                 if provider is not None:
                     out[_scripted_key(definition, i)] = provider
+        for name, engine in self.engines.items():
+            out[flow_key(name)] = FlowProvider(engine, self.flows)
         return out
 
     def is_sub_agent(self, tool_name: str) -> bool:
@@ -200,22 +213,22 @@ class Orchestrator:
                 f"definition {name!r} is a realtime agent: open a session with "
                 f"system.realtime(definition={name!r}) (docs/realtime.md)"
             )
-        if definition.type != "loop":
+        if definition.type not in ("loop", "flow"):
             raise ConfigurationError(
                 f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
-                "(only 'loop' agents can be created)"
+                "(only 'loop' and 'flow' agents can be created)"
             )
+        if definition.type == "flow":
+            return self._flow_config(definition, data=data, chain=chain, changes=changes)
         chain = list(chain) if chain is not None else [name]
         depth = len(chain) - 1
         own_tools = [t.name for t in definition.resolved_tools]
+        own_tools += [b for t in definition.builtin_tools for b in BUILTIN_TOOLS[t] if b not in own_tools]
         tools, subs = effective(own_tools, definition.sub_agents, changes, depth, name)
         provider, model = self._resolve_model(definition)
-        context = {
-            "agent": {"name": definition.name, "description": definition.description or ""},
-            "tools": [self._describe_tool(t) for t in tools],
-            "sub_agents": [self._describe_sub_agent(s) for s in subs],
-            "data": dict(data or {}),
-        }
+        context = self._template_context(definition, tools, subs, data)
+        # per-run variables are re-rendered before each model request (BuiltinHooks.instructions)
+        context.update(payload={}, scratchpad=scratchpad_view(empty_scratchpad()), artifacts=[])
         instructions = render_instructions(definition, context)
         extra: dict[str, Any] = {
             "definition": str(definition.source) if definition.source is not None else name,
@@ -235,6 +248,8 @@ class Orchestrator:
             extra[X_PERMISSIONS] = rules  # read by the policy plugin
         if definition.mcp:
             extra[X_MCP] = [server.name for server in definition.mcp]  # read by the MCP plugin
+        if definition.builtin_tools:
+            extra[BUILTINS_KEY] = list(definition.builtin_tools)
         kwargs: dict[str, Any] = {
             "provider": provider,
             "model": model,
@@ -252,6 +267,60 @@ class Orchestrator:
                 ).settings()
             kwargs["context"] = context
         return kwargs
+
+    def _flow_config(
+        self,
+        definition: AgentDefinition,
+        *,
+        data: dict[str, Any] | None,
+        chain: Sequence[str] | None,
+        changes: Sequence[RuntimeChange],
+    ) -> dict[str, Any]:
+        """A flow agent: its provider is the flow engine (`flow/<name>`); its model is the one its prompt
+        steps call; its tools are its steps' tools, its sub-agents and the prompt carrier."""
+        name = definition.name
+        chain = list(chain) if chain is not None else [name]
+        own_tools = [t.name for t in definition.resolved_tools]
+        if has_prompt(definition):
+            own_tools.append(PROMPT_TOOL)
+        tools, subs = effective(own_tools, definition.sub_agents, changes, len(chain) - 1, name)
+        inner: dict[str, Any] = {}
+        model = "flow"
+        if has_prompt(definition):
+            provider, model = self._resolve_model(definition)
+            inner = {"provider": provider, "model": model}
+        extra: dict[str, Any] = {
+            "definition": str(definition.source) if definition.source is not None else name,
+            X_DEFINITION: name,
+            X_CHAIN: chain,
+            X_TOOLS: tools,
+            X_SUB_AGENTS: subs,
+            FLOW_KEY: inner,
+        }
+        if data:
+            extra[X_DATA] = dict(data)
+        if not definition.limits.empty:
+            extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
+        if definition.metadata:
+            extra["stead.metadata"] = dict(definition.metadata)
+        return {
+            "provider": flow_key(name),
+            "model": model,
+            "instructions": "",
+            "tools": [*tools, *subs],
+            "name": name,
+            "extra": extra,
+        }
+
+    def _template_context(
+        self, definition: AgentDefinition, tools: Sequence[str], subs: Sequence[str], data: Any
+    ) -> dict[str, Any]:
+        return {
+            "agent": {"name": definition.name, "description": definition.description or ""},
+            "tools": [self._describe_tool(t) for t in tools],
+            "sub_agents": [self._describe_sub_agent(s) for s in subs],
+            "data": dict(data) if isinstance(data, dict) else {},
+        }
 
     def _describe_tool(self, name: str) -> dict[str, str]:
         t = self.system.tools.get(name)
@@ -340,11 +409,17 @@ class Orchestrator:
         data = parent_config.extra.get(X_DATA)
         ids = await ctx.kv.get_or_create("child", lambda: {"agent": new_id(), "message": new_id()})
         child_id, message_id = str(ids["agent"]), str(ids["message"])
+        child_def = self.definition(target)
+        read, write = payload_rules_of(child_def)
+        sent = filter_payload(await self._run_payload(ctx.agent_id), read)  # what the sub-agent may see
         async with self._semaphore(ctx.agent_id):
             child: Agent | None = None
             try:
                 child = await self._child(child_id, target, [*chain, target], changes, data)
-                content = request if input is None else f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
+                if child_def.type == "flow" or input is None:
+                    content = request  # a flow gets its input structured (`input.<key>`)
+                else:
+                    content = f"{request}\n\nInput:\n{json.dumps(input, indent=2)}"
                 link: dict[str, Any] = {
                     "run_id": ctx.run_id,
                     "step_id": ctx.call_id,
@@ -357,6 +432,10 @@ class Orchestrator:
                 metadata: dict[str, Any] = {PARENT_KEY: link}
                 if changes:
                     metadata[CHANGES_KEY] = [c.encode() for c in changes]
+                if sent is not None:
+                    metadata[PAYLOAD_METADATA] = sent
+                if input is not None and child_def.type == "flow":
+                    metadata[INPUT_METADATA] = input
                 # as durable as the delegation: the same message id after a crash returns the same child
                 # run's result instead of starting another
                 result = await _run_child(child, ctx, content, message_id, metadata)
@@ -372,10 +451,38 @@ class Orchestrator:
                 raise
         if result.outcome is not Outcome.COMPLETED:
             why = result.error or result.outcome.value
-            raise DelegationError(f"the sub-agent {target!r} failed: {why}")
+            raise DelegationError(f"the sub-agent {target!r} failed: {why}")  # it changes no payload
         if not result.text.strip():
             raise DelegationError(f"the sub-agent {target!r} finished without an answer")
+        self._merge_back(ctx.call_id, target, sent, result.payload, write)
         return result.text.strip()
+
+    async def _run_payload(self, agent_id: str) -> dict[str, Any] | None:
+        async with self.system.store.transaction() as tx:
+            raw = await tx.get(agent_id, PAYLOAD)
+        return json.loads(raw) if raw is not None else None
+
+    def _merge_back(
+        self,
+        call_id: str,
+        target: str,
+        sent: dict[str, Any] | None,
+        final: dict[str, Any] | None,
+        write: list[Pattern] | None,
+    ) -> None:
+        """The sub-agent's payload changes that it may write, for the flow hooks to merge into this run's
+        payload when the delegation's result commits (refused ones are recorded as violations)."""
+        if final is None or final == sent:
+            return
+        changes = diff(sent, final)
+        ok = [c for c in changes if allowed(c, write)]
+        refused = [
+            {"path": ".".join(c.path), "op": c.op, "reason": f"the sub-agent {target!r} may not write it"}
+            for c in changes
+            if not allowed(c, write)
+        ]
+        if ok or refused:
+            self.flows.merges[call_id] = (ok, refused, target)
 
     async def _abort_child(self, child_id: str) -> None:
         """The parent was aborted: abort the child too (unless the whole system is going away)."""

@@ -1,9 +1,11 @@
 """The orchestration layer as a plugin: definitions → agents, sub-agent delegation, runtime changes and
 guardrails (`stead.open(definitions=...)` adds one).
 
-It contributes every definition's tools and scripted models, one delegation tool per definition, the
-runtime-change and guardrail hooks, and a validator for the runtime changes messages carry; it builds agents
-for `system.create(definition=...)` (it is the system's `DefinitionSource`).
+It contributes every definition's tools and scripted models, one delegation tool per definition, the flow
+engines of flow definitions (providers `flow/<name>`, docs/flows.md) with their hooks, the opt-in built-in
+tools of loop agents, the runtime-change and guardrail hooks, and a validator for the runtime changes
+messages carry; it builds agents for `system.create(definition=...)` (it is the system's
+`DefinitionSource`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from stead._plugin import IncomingMessage
 from stead.core.hooks import Hooks
 from stead.definitions._registry import Registry
 from stead.errors import InvalidInput
+from stead.flows._hooks import FlowHooks
 from stead.orchestration._hooks import OrchestrationHooks
 from stead.orchestration._orchestrator import (
     DEFAULT_MAX_CONCURRENT_DELEGATIONS,
@@ -49,6 +52,7 @@ class OrchestrationPlugin(Plugin):
             clock=clock,
         )
         self._hooks = OrchestrationHooks(self.orchestrator.clock)
+        self._flow_hooks = FlowHooks(self.orchestrator.flows)
 
     def tools(self) -> list[Tool]:
         return self.orchestrator.tools()
@@ -57,7 +61,7 @@ class OrchestrationPlugin(Plugin):
         return self.orchestrator.providers()
 
     def hooks(self) -> list[Hooks]:
-        return [self._hooks]
+        return [self._hooks, self._flow_hooks, self.orchestrator.builtins.hooks]
 
     async def start(self, system: AgentSystem) -> None:
         self.orchestrator.bind(system)

@@ -90,12 +90,17 @@ class Done:
     """The response ended. `error` explains `reason == "error"`.
 
     Providers set `reason` (and `error`); the kernel re-emits one `Done` per response to observers with
-    `inference_id` and the response's `usage` (tokens and cost) filled in."""
+    `inference_id` and the response's `usage` (tokens and cost) filled in.
+
+    `model_call=False` says the provider answered without calling a model (a deterministic flow engine
+    choosing its next step): run records then record no prompt step for it and guardrails count no model
+    request."""
 
     reason: DoneReason
     error: str | None = None
     usage: Usage | None = None
     inference_id: str | None = None
+    model_call: bool = True
     type: Literal["done"] = "done"
 
 

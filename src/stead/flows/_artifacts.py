@@ -1,0 +1,348 @@
+"""Artifacts: large tool outputs (and inputs) stored by id, paged by the model with typed tools, for loop
+agents that opt in (`builtin_tools: [artifacts]`).
+
+A tool output longer than `THRESHOLD` (16,000 characters) does not enter the conversation: the
+`tool_output` hook replaces it with a short manifest — the artifact's id, its kind (JSON, CSV or text), its
+size and shape, and how to page through it — and the content is written in the transaction that commits the
+call's result (so an artifact exists exactly when the result that mentions it does; its id derives from the
+call id, so a re-run durable call names the same artifact). `put_artifact` stores an input artifact.
+
+The model reads artifacts with `artifact_json` (a JMESPath path, lists paged by offset/limit),
+`artifact_keys`, `artifact_lines`, `artifact_grep` and `artifact_rows` (CSV rows as objects); every answer is
+capped at `MAX_RESULT_CHARS` (10,000) with a note on how to page on. Artifacts live in the agent's KV
+(`kv.a.stead.art.<id>`, metadata under `kv.a.stead.artmeta.<id>`): they last as long as the agent, and are
+parsed once per process (a small cache keyed by id; artifacts never change).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import OrderedDict
+from typing import Any
+
+from stead._ids import new_id
+from stead.errors import InvalidInput
+from stead.flows._expr import ExpressionError, compile_expression
+from stead.messages import dumps
+from stead.store.base import Store, Tx
+from stead.tools._tool import Tool, tool
+from stead.tools.context import ToolContext
+
+__all__ = [
+    "ARTIFACT_TOOLS",
+    "MAX_RESULT_CHARS",
+    "THRESHOLD",
+    "ArtifactCache",
+    "artifact_id_for_call",
+    "artifact_tools",
+    "describe",
+    "list_artifacts",
+    "put_artifact",
+    "write_artifact",
+]
+
+THRESHOLD = 16_000
+MAX_RESULT_CHARS = 10_000
+MAX_PAGE = 500
+CONTENT = "kv.a.stead.art."
+META = "kv.a.stead.artmeta."
+ARTIFACT_TOOLS = ("artifact_json", "artifact_keys", "artifact_lines", "artifact_grep", "artifact_rows")
+
+
+def artifact_id_for_call(call_id: str) -> str:
+    """The id of the artifact holding a call's output (stable across re-runs of the call)."""
+    return f"art-{call_id}"
+
+
+def _kind(content: str) -> str:
+    stripped = content.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            json.loads(content)
+            return "json"
+        except ValueError:
+            pass
+    head = content[:4096].splitlines()[:5]
+    if (
+        len(head) >= 2
+        and head[0].count(",") >= 1
+        and all(line.count(",") == head[0].count(",") for line in head[:-1])
+    ):
+        return "csv"
+    return "text"
+
+
+def describe(content: str, kind: str) -> str:
+    """A one-line shape of the content (what the manifest tells the model)."""
+    if kind == "json":
+        value = json.loads(content)
+        if isinstance(value, dict):
+            keys = list(value)
+            parts = []
+            for k in keys[:8]:
+                v = value[k]
+                parts.append(f"{k} ({len(v):,} items)" if isinstance(v, list) else k)
+            more = f", … ({len(keys)} keys)" if len(keys) > 8 else ""
+            return f"a JSON object with keys {', '.join(parts)}{more}"
+        if isinstance(value, list):
+            return f"a JSON list of {len(value):,} items"
+        return f"a JSON {type(value).__name__}"
+    lines = content.count("\n") + (0 if content.endswith("\n") else 1)
+    if kind == "csv":
+        header = content.splitlines()[0] if content else ""
+        return f"CSV with {max(lines - 1, 0):,} rows; columns: {header[:300]}"
+    return f"text of {lines:,} lines"
+
+
+def _meta(artifact_id: str, name: str, kind: str, content: str, source: str) -> dict[str, Any]:
+    return {
+        "id": artifact_id,
+        "name": name,
+        "kind": kind,
+        "chars": len(content),
+        "lines": content.count("\n") + (0 if content.endswith("\n") or not content else 1),
+        "shape": describe(content, kind),
+        "source": source,
+    }
+
+
+async def write_artifact(
+    tx: Tx, agent_id: str, artifact_id: str, content: str, *, name: str, kind: str | None, source: str
+) -> dict[str, Any]:
+    """Store an artifact inside `tx`; return its metadata."""
+    k = kind or _kind(content)
+    if k not in ("json", "csv", "text"):
+        raise InvalidInput(f"artifact kind must be json, csv or text, not {k!r}")
+    if k == "json":
+        try:
+            json.loads(content)
+        except ValueError as e:
+            raise InvalidInput(f"artifact {name!r} is not valid JSON: {e}") from None
+    meta = _meta(artifact_id, name, k, content, source)
+    await tx.write(agent_id, CONTENT + artifact_id, content)
+    await tx.write(agent_id, META + artifact_id, dumps(meta))
+    return meta
+
+
+async def put_artifact(
+    store: Store, agent_id: str, content: str, *, name: str = "input", kind: str | None = None
+) -> str:
+    """Store `content` as an input artifact of agent `agent_id` and return its id (mention it in the message,
+    or let the instructions template list `artifacts`)."""
+    artifact_id = f"art-{new_id()}"
+    async with store.transaction() as tx:
+        await write_artifact(tx, agent_id, artifact_id, content, name=name, kind=kind, source="input")
+    return artifact_id
+
+
+async def list_artifacts(tx: Tx, agent_id: str) -> list[dict[str, Any]]:
+    return [json.loads(v) for _, v in await tx.read_prefix(agent_id, META) if v]
+
+
+def manifest(meta: dict[str, Any], tool_name: str) -> str:
+    aid = meta["id"]
+    how = {
+        "json": f'artifact_json(id="{aid}", path="...") (lists are paged with offset and limit), '
+        f'artifact_keys(id="{aid}")',
+        "csv": f'artifact_rows(id="{aid}", offset=0, limit=50), artifact_grep(id="{aid}", pattern="...")',
+        "text": f'artifact_lines(id="{aid}", start=1, count=100), artifact_grep(id="{aid}", pattern="...")',
+    }[meta["kind"]]
+    return (
+        f"The output of {tool_name} is large ({meta['chars']:,} characters), so it was stored as artifact "
+        f"{aid}: {meta['shape']}. Read the parts you need with {how}."
+    )
+
+
+class ArtifactCache:
+    """Parsed artifacts by (agent, id): immutable content, so a cache can never be stale."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], tuple[dict[str, Any], Any]] = OrderedDict()
+
+    async def get(
+        self, store: Store, agent_id: str, artifact_id: str, kind: str
+    ) -> tuple[dict[str, Any], Any]:
+        key = (agent_id, artifact_id)
+        found = self._items.get(key)
+        if found is None:
+            async with store.transaction() as tx:
+                raw_meta = await tx.get(agent_id, META + artifact_id)
+                content = await tx.get(agent_id, CONTENT + artifact_id) if raw_meta is not None else None
+            if raw_meta is None or content is None:
+                raise InvalidInput(f"no artifact {artifact_id!r} (artifacts are listed in your instructions)")
+            meta = json.loads(raw_meta)
+            parsed: Any
+            if meta["kind"] == "json":
+                parsed = json.loads(content)
+            elif meta["kind"] == "csv":
+                parsed = list(csv.DictReader(io.StringIO(content)))
+            else:
+                parsed = content.splitlines()
+            found = (meta, parsed)
+            self._items[key] = found
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(key)
+        meta = found[0]
+        if kind == "lines" and meta["kind"] == "json":
+            raise InvalidInput(f"{artifact_id} is JSON: read it with artifact_json")
+        if kind == "json" and meta["kind"] != "json":
+            raise InvalidInput(
+                f"{artifact_id} is {meta['kind']}: read it with artifact_lines or artifact_rows"
+            )
+        if kind == "rows" and meta["kind"] != "csv":
+            raise InvalidInput(f"{artifact_id} is {meta['kind']}, not CSV")
+        return found
+
+
+def _cap(text: str, hint: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return text[:MAX_RESULT_CHARS] + f"…[cut at {MAX_RESULT_CHARS:,} of {len(text):,} characters; {hint}]"
+
+
+def _page(items: list[Any], offset: int, limit: int) -> tuple[list[Any], str]:
+    if offset < 0 or limit < 1:
+        raise InvalidInput("offset must be 0 or more and limit at least 1")
+    limit = min(limit, MAX_PAGE)
+    page = items[offset : offset + limit]
+    end = offset + len(page)
+    more = f"; next: offset={end}" if end < len(items) else ""
+    return page, f"items {offset}-{max(end - 1, offset)} of {len(items):,}{more}"
+
+
+def artifact_tools(cache: ArtifactCache) -> list[Tool]:
+    async def artifact_json(
+        ctx: ToolContext, id: str, path: str = "@", offset: int = 0, limit: int = 50
+    ) -> str:
+        """Read part of a JSON artifact: the value at a JMESPath `path` ("@" is the whole document,
+        "items[3].name", "items[?price > `10`].id"); a list is returned one page at a time.
+
+        Args:
+            id: The artifact's id.
+            path: A JMESPath expression.
+            offset: For a list: the first item to return.
+            limit: For a list: how many items to return (at most 500).
+        """
+        _, doc = await cache.get(ctx.store, ctx.agent_id, id, "json")
+        try:
+            value = compile_expression(path).evaluate(doc)
+        except ExpressionError as e:
+            raise InvalidInput(str(e)) from None
+        if isinstance(value, list):
+            page, where = _page(value, offset, limit)
+            return _cap(f"{where}\n{dumps(page)}", "ask for fewer items (limit) or a narrower path")
+        if isinstance(value, dict) and len(dumps(value)) > MAX_RESULT_CHARS:
+            keys = ", ".join(list(value)[:50])
+            return (
+                f"an object too large to return whole ({len(value):,} keys: {keys}); ask for a narrower path"
+            )
+        return _cap(dumps(value), "ask for a narrower path")
+
+    async def artifact_keys(ctx: ToolContext, id: str, path: str = "@") -> str:
+        """The keys of the object at `path` in a JSON artifact, with the type and size of each value.
+
+        Args:
+            id: The artifact's id.
+            path: A JMESPath expression ("@" is the whole document).
+        """
+        _, doc = await cache.get(ctx.store, ctx.agent_id, id, "json")
+        try:
+            value = compile_expression(path).evaluate(doc)
+        except ExpressionError as e:
+            raise InvalidInput(str(e)) from None
+        if not isinstance(value, dict):
+            return f"not an object: {type(value).__name__}" + (
+                f" of {len(value):,} items" if isinstance(value, list) else ""
+            )
+        lines = []
+        for k, v in value.items():
+            size = f"{len(v):,} items" if isinstance(v, list | dict) else f"{len(dumps(v))} chars"
+            lines.append(f"{k}: {type(v).__name__} ({size})")
+        return _cap("\n".join(lines), "ask for a narrower path")
+
+    async def artifact_lines(ctx: ToolContext, id: str, start: int = 1, count: int = 100) -> str:
+        """Lines of a text (or CSV) artifact, numbered from 1.
+
+        Args:
+            id: The artifact's id.
+            start: The first line to return (1 is the first line).
+            count: How many lines (at most 500).
+        """
+        _, lines = await cache.get(ctx.store, ctx.agent_id, id, "lines")
+        if isinstance(lines, list) and lines and isinstance(lines[0], dict):  # a CSV: read its raw lines
+            lines = await _raw_lines(ctx, id)
+        if start < 1 or count < 1:
+            raise InvalidInput("start must be 1 or more and count at least 1")
+        count = min(count, MAX_PAGE)
+        chunk = lines[start - 1 : start - 1 + count]
+        end = start - 1 + len(chunk)
+        more = f" (next: start={end + 1})" if end < len(lines) else ""
+        head = f"lines {start}-{end} of {len(lines):,}{more}"
+        body = "\n".join(f"{start + i}: {line}" for i, line in enumerate(chunk))
+        return _cap(f"{head}\n{body}", "ask for fewer lines")
+
+    async def artifact_grep(
+        ctx: ToolContext, id: str, pattern: str, max_matches: int = 50, ignore_case: bool = False
+    ) -> str:
+        """Lines of a text or CSV artifact that match a regular expression, with their line numbers.
+
+        Args:
+            id: The artifact's id.
+            pattern: A regular expression (at most 200 characters).
+            max_matches: Stop after this many matching lines (at most 500).
+            ignore_case: Match regardless of case.
+        """
+        if not pattern or len(pattern) > 200:
+            raise InvalidInput("pattern must be 1-200 characters")
+        try:
+            regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        except re.error as e:
+            raise InvalidInput(f"invalid regular expression: {e}") from None
+        meta, parsed = await cache.get(ctx.store, ctx.agent_id, id, "lines")
+        lines = await _raw_lines(ctx, id) if meta["kind"] == "csv" else parsed
+        limit = min(max(max_matches, 1), MAX_PAGE)
+        hits: list[str] = []
+        total = 0
+        for n, line in enumerate(lines, 1):
+            if regex.search(line):
+                total += 1
+                if len(hits) < limit:
+                    hits.append(f"{n}: {line}")
+        more = f" (showing the first {len(hits)})" if total > len(hits) else ""
+        return _cap(f"{total:,} matching lines{more}\n" + "\n".join(hits), "use a narrower pattern")
+
+    async def artifact_rows(
+        ctx: ToolContext, id: str, offset: int = 0, limit: int = 50, columns: list[str] | None = None
+    ) -> str:
+        """Rows of a CSV artifact as objects (keyed by the header), one page at a time.
+
+        Args:
+            id: The artifact's id.
+            offset: The first row (0 is the first row after the header).
+            limit: How many rows (at most 500).
+            columns: Only these columns.
+        """
+        _, rows = await cache.get(ctx.store, ctx.agent_id, id, "rows")
+        page, where = _page(rows, offset, limit)
+        if columns:
+            page = [{c: r.get(c) for c in columns} for r in page]
+        return _cap(f"rows {where.removeprefix('items ')}\n{dumps(page)}", "ask for fewer rows or columns")
+
+    async def _raw_lines(ctx: ToolContext, id: str) -> list[str]:
+        async with ctx.store.transaction() as tx:
+            content = await tx.get(ctx.agent_id, CONTENT + id)
+        return (content or "").splitlines()
+
+    return [
+        tool(durable=True)(artifact_json),
+        tool(durable=True)(artifact_keys),
+        tool(durable=True)(artifact_lines),
+        tool(durable=True)(artifact_grep),
+        tool(durable=True)(artifact_rows),
+    ]
