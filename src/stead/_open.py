@@ -22,6 +22,7 @@ from stead.tools._tool import Tool
 
 if TYPE_CHECKING:
     from stead.definitions import Registry
+    from stead.memory import MemoryConfig
     from stead.observability.records import RunRecorder
 
 __all__ = ["open"]
@@ -46,6 +47,7 @@ async def open(
     max_delegation_depth: int = 4,
     clock: Callable[[], float] | None = None,
     readonly: bool = False,
+    memory: bool | MemoryConfig = False,
 ) -> AgentSystem:
     """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
     (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
@@ -64,10 +66,14 @@ async def open(
     has committed (each read is a fresh read transaction); every write is refused with
     `stead.errors.ReadOnly`.
 
+    `memory=True` (or a `stead.memory.MemoryConfig`) adds long-term memory (`system.memory`): notes and
+    examples injected into agents' runs, searched lexically and semantically, and the guarded `remember`
+    tool for agents whose definition allows writes (docs/memory.md).
+
     The result can be awaited (`system = await stead.open(...)`) or used directly as an async context
     manager (`async with stead.open(...) as system:`), as aiosqlite's `connect`.
 
-    Hooks run in this order: run records, `hooks`, orchestration, `plugins` (in order), tracing."""
+    Hooks run in this order: run records, `hooks`, orchestration, memory, `plugins` (in order), tracing."""
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     # built-in hook objects given directly become their plugins (which bring their tables)
     recorders = _instances(hook_list, "stead.observability.records", "RunRecorder")
@@ -100,6 +106,11 @@ async def open(
                 clock=clock,
             )
         )
+    if memory is not False and not any(p.name == "memory" for p in plugins):
+        from stead.memory import MemoryConfig as _MemoryConfig
+        from stead.memory import MemoryPlugin
+
+        ordered.append(MemoryPlugin(memory if isinstance(memory, _MemoryConfig) else None))
     ordered.extend(plugins)
     if (tracer_provider is not None or tracers) and not any(p.name == "tracing" for p in ordered):
         from stead.observability.plugin import TracingPlugin

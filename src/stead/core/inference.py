@@ -87,6 +87,8 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         if refusal is not None:
             return await fail(st, turn, refusal, end_run=True)
     try:
+        if hooks.wants("run_context"):
+            await _run_context(st, turn)
         provider = _provider(st, settings)
         request = _request(st, turn, settings)
         reason, error = await _stream(st, turn, provider, request)
@@ -130,6 +132,21 @@ async def _finish(st: AgentState, turn: Turn, reason: str) -> bool:
     return await commit_end(st, turn, results=[], note=None, settle=True, owe=False, reason=reason)
 
 
+async def _run_context(st: AgentState, turn: Turn) -> None:
+    """The run's context: the durable one (R4), or — before the run's first durable write — the hooks'
+    answer, asked outside any transaction and staged with the turn's first durable write."""
+    run_id = turn.pending.run_id
+    if st.context_run == run_id:
+        turn.context = st.context
+        return
+    ctx = st.hook_ctx(None, turn.pending, inference_id=turn.inference_id)
+    ctx.settings = dict(turn.settings)
+    ctx.message = turn.take[0].message() if turn.take else None
+    found = await st.hooks.run_context(ctx)
+    if found is not None:
+        turn.context, turn.context_new = found, True
+
+
 def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
     provider = find_provider(st, settings)
     if provider is None:
@@ -138,9 +155,7 @@ def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
 
 
 def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRequest:
-    staged = [
-        Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata) for q in turn.take
-    ]
+    staged = [q.message() for q in turn.take]
     history = st.messages() if not turn.reset else []
     if turn.reset and turn.handoff is not None:
         history = [Message("system", [Text(turn.handoff)])]
@@ -150,6 +165,10 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any]) -> ProviderRe
         t = tools.get(name)
         if t is not None:
             specs.append(ToolSpec(t.name, t.description, t.parameters))
+    context = turn.context
+    if context is not None and context.text:
+        # one system message right after the instructions, in every request of the run (R4)
+        history = [Message("system", [Text(context.text)]), *history]
     return ProviderRequest(
         model=str(settings.get("model", st.config.model)),
         instructions=st.config.instructions,

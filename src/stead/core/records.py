@@ -8,9 +8,11 @@ Keys (per agent, sorted):
     usage                         the last inference's usage (S4)
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
+    kv.r.context                  the run's context from the `run_context` hooks (R4), erased at settlement
 
 History records (JSON, append-only):
-    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id}   consumed input
+    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id[,"us":user,"tn":tenant]}
+                                                                        consumed input
     {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
@@ -52,6 +54,8 @@ SEND = "q.send."
 TOOL = "tool."
 CALL_KV = "kv.c."
 RUN_KV = "kv.r."
+RUN_CONTEXT = "kv.r.context"
+"""The run's context (`stead.RunContext`, written with the first durable write of its first inference)."""
 
 
 def msg_key(message_id: str) -> str:
@@ -68,24 +72,32 @@ def tool_key(index: int, call_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The durable "owes work" record. `inference` is set when a response is owed (R2)."""
+    """The durable "owes work" record. `inference` is set when a response is owed (R2).
+
+    `user` and `tenant` are those of the message whose acceptance activated the run (the run's first
+    message): every hook and tool of the run sees them, before and after a restart."""
 
     stage: str
     run_id: str
     turn_id: str | None = None
     inference_id: str | None = None
     activated_at: float = 0.0
+    user: str | None = None
+    tenant: str | None = None
 
     def encode(self) -> str:
-        return dumps(
-            {
-                "st": self.stage,
-                "run": self.run_id,
-                "turn": self.turn_id,
-                "inf": self.inference_id,
-                "at": self.activated_at,
-            }
-        )
+        d: dict[str, Any] = {
+            "st": self.stage,
+            "run": self.run_id,
+            "turn": self.turn_id,
+            "inf": self.inference_id,
+            "at": self.activated_at,
+        }
+        if self.user is not None:
+            d["us"] = self.user
+        if self.tenant is not None:
+            d["tn"] = self.tenant
+        return dumps(d)
 
     @staticmethod
     def decode(raw: str | None) -> Pending | None:
@@ -94,7 +106,15 @@ class Pending:
             return None
         try:
             d = json.loads(raw)
-            return Pending(str(d["st"]), str(d["run"]), d.get("turn"), d.get("inf"), float(d.get("at", 0.0)))
+            return Pending(
+                str(d["st"]),
+                str(d["run"]),
+                d.get("turn"),
+                d.get("inf"),
+                float(d.get("at", 0.0)),
+                d.get("us"),
+                d.get("tn"),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -112,6 +132,8 @@ class Queued:
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None
     settings: dict[str, Any]
+    user: str | None = None
+    tenant: str | None = None
 
     @property
     def delivery(self) -> str:
@@ -123,12 +145,27 @@ class Queued:
             d["m"] = self.metadata
         if self.settings:
             d["s"] = self.settings
+        if self.user is not None:
+            d["us"] = self.user
+        if self.tenant is not None:
+            d["tn"] = self.tenant
         return dumps(d)
 
     @staticmethod
     def decode(key: str, raw: str) -> Queued:
         d = json.loads(raw)
-        return Queued(key, d["id"], d["r"], d["c"], d.get("m"), d.get("s") or {})
+        return Queued(key, d["id"], d["r"], d["c"], d.get("m"), d.get("s") or {}, d.get("us"), d.get("tn"))
+
+    def message(self) -> Message:
+        """The queued input as a message (what the model and the hooks see of it)."""
+        return Message(
+            self.role,
+            [decode_block(b) for b in self.content],
+            id=self.id,
+            metadata=self.metadata,
+            user=self.user,
+            tenant=self.tenant,
+        )
 
     def history_record(self, run_id: str | None = None) -> dict[str, Any]:
         """The consumed-input record; `run_id` is the run that consumed it (the link `agent.run` reads)."""
@@ -137,6 +174,10 @@ class Queued:
             rec["m"] = self.metadata
         if run_id is not None:
             rec["run"] = run_id
+        if self.user is not None:
+            rec["us"] = self.user
+        if self.tenant is not None:
+            rec["tn"] = self.tenant
         return rec
 
 
@@ -180,7 +221,12 @@ class MessageBuilder:
             if kind == "u":
                 self._out.append(
                     Message(
-                        rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"], metadata=rec.get("m")
+                        rec["r"],
+                        [decode_block(b) for b in rec["c"]],
+                        id=rec["id"],
+                        metadata=rec.get("m"),
+                        user=rec.get("us"),
+                        tenant=rec.get("tn"),
                     )
                 )
             elif kind == "s":

@@ -48,6 +48,7 @@ def response_info(turn: Turn, reason: str, error: str | None) -> ResponseInfo:
         first_token_at=turn.first_token_at,
         ended_at=time.time(),
         error=error,
+        context=turn.context,
     )
 
 

@@ -18,6 +18,7 @@ the agent's volatile state (`state`) and its mirror (`mirror`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from stead.core import records as R
@@ -27,6 +28,7 @@ from stead.core.batch import decode_batch, run_batch
 from stead.core.config import AgentConfig, Env
 from stead.core.consume import apply_settings, plan
 from stead.core.events import Activated, BlockReset
+from stead.core.hooks import RunContext
 from stead.core.inference import Retry, find_provider, inference
 from stead.core.outcome import Outcome
 from stead.core.records import Pending, Queued
@@ -167,6 +169,12 @@ class AgentRuntime(AgentState):
                 await self.hooks.activated_tx(self.hook_ctx(tx, pending, restored=True))
             queued = [Queued.decode(k, v) for k, v in await tx.read_prefix(self.id, R.QUEUE) if v]
             entries = await tx.read_prefix(self.id, R.TOOL) if pending.stage == "tools" else []
+            if self.context_run != pending.run_id and self.hooks.wants("run_context"):
+                # R4: the run's context, as made durable by its first inference (here or before a restart)
+                raw_context = await tx.get(self.id, R.RUN_CONTEXT)
+                if raw_context is not None:
+                    found = RunContext.decode(json.loads(raw_context))
+                    tx.after_commit(lambda: self._publish_context(pending.run_id, found))
             if restored:
                 tx.after_commit(lambda: self._announce_restored(pending))
             if pending.stage != "tools":
@@ -197,6 +205,9 @@ class AgentRuntime(AgentState):
             self.emit(Activated(pending.run_id, restored=True))
             if pending.stage == "inference" and pending.inference_id is not None:
                 self.emit(BlockReset())  # an open request died with the previous process (R2)
+
+    def _publish_context(self, run_id: str, context: RunContext) -> None:
+        self.context_run, self.context = run_id, context
 
     def _mark_settled_mirror(self) -> None:
         self.pending = None
