@@ -59,9 +59,9 @@ def rrf(
 class Weights:
     """Fusion weights of the two lists and the floor a vector-only hit must reach."""
 
-    lexical: float = 1.0
+    lexical: float = 0.2
     vector: float = 1.0
-    min_similarity: float = 0.3
+    min_similarity: float = 0.2
 
 
 class Retriever:
@@ -200,12 +200,11 @@ class Retriever:
                 sims: dict[int, float] = {}
                 if qvec is not None and self.embedder is not None and allowed:
                     sims = await self.index(kind).scores(tx, rows, qvec, list(allowed))
-            vector = [s for s, _ in sorted(sims.items(), key=lambda kv: -kv[1])[:POOL]]
             w = self.weights
-            fused = rrf([lexical, vector], [w.lexical, w.vector])
-            in_lexical = set(lexical)
-            fused = [(s, sc) for s, sc in fused if s in in_lexical or sims.get(s, 0.0) >= w.min_similarity]
-            return fused[:limit]
+            # a vector hit must reach the floor: below it, a note is merely the least unrelated one
+            ranked = sorted(((s, v) for s, v in sims.items() if v >= w.min_similarity), key=lambda kv: -kv[1])
+            vector = [s for s, _ in ranked[:POOL]]
+            return rrf([lexical, vector], [w.lexical, w.vector])[:limit]
         if strategy == "relevant":
             strategy = "priority"  # no words to look for: the most important items
         async with self.store.transaction() as tx:

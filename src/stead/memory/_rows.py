@@ -485,26 +485,25 @@ class Rows:
         return [(int(r[0]), int(r[1]), bytes(r[2])) for r in rows]
 
     async def scope_vectors(self, tx: Tx, scope: Scope, model: str) -> list[tuple[Note, list[float]]]:
-        """Live notes of exactly this agent + user + tenant scope, with their `model` vectors (the
-        near-duplicate check of agent writes)."""
+        """Live notes visible in `scope` (as retrieval sees them), with their `model` vectors: the
+        near-duplicate check of agent writes."""
+        where, params = scope_sql(scope, "n.")
         rows = await tx.fetch(
             f"SELECT {', '.join('n.' + c.strip() for c in NOTE_COLS.split(','))}, v.embedding "
             "FROM memory_notes n JOIN memory_vectors v "
             "ON v.kind = 'note' AND v.item_seq = n.seq AND v.model = ? "
-            "WHERE n.status IN ('active', 'provisional') AND n.agent_id IS NOT DISTINCT FROM ? "
-            "AND n.user_id IS NOT DISTINCT FROM ? AND n.tenant IS NOT DISTINCT FROM ?",
-            (model, scope.agent, scope.user, scope.tenant),
+            f"WHERE n.status IN ('active', 'provisional') AND {where}",
+            (model, *params),
         )
         return [(note_from_row(r), decode_vector(r[-1])) for r in rows]
 
     async def scope_hash(self, tx: Tx, scope: Scope, body_hash: str) -> Note | None:
-        """A live note of exactly this scope with the same normalized text."""
+        """A live note visible in `scope` with the same normalized text."""
+        where, params = scope_sql(scope)
         rows = await tx.fetch(
             f"SELECT {NOTE_COLS} FROM memory_notes "
-            "WHERE body_hash = ? AND status IN ('active', 'provisional') "
-            "AND agent_id IS NOT DISTINCT FROM ? AND user_id IS NOT DISTINCT FROM ? "
-            "AND tenant IS NOT DISTINCT FROM ? ORDER BY seq LIMIT 1",
-            (body_hash, scope.agent, scope.user, scope.tenant),
+            f"WHERE body_hash = ? AND status IN ('active', 'provisional') AND {where} ORDER BY seq LIMIT 1",
+            (body_hash, *params),
         )
         return note_from_row(rows[0]) if rows else None
 
