@@ -27,6 +27,7 @@ EXTEND = [
     "Migrations",
     "Plugin",
     "ResponseInfo",
+    "RunContext",
     "RunReader",
     "Store",
     "TraceContextSource",

@@ -23,7 +23,7 @@ from stead._plugin import (
 )
 from stead._runs import RunReader
 from stead.core.config import AgentConfig
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.core.hooks import HookContext, Hooks, ResponseInfo, RunContext
 from stead.observability.records import record_step
 from stead.store.base import AgentRow, Store, Tx
 from stead.system import Plugin
@@ -39,6 +39,7 @@ __all__ = [
     "Migrations",
     "Plugin",
     "ResponseInfo",
+    "RunContext",
     "RunReader",
     "Store",
     "TraceContextSource",
