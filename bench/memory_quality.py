@@ -20,14 +20,23 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import stead
 from bench.memory_labeled import NOTES, QUERIES
+
+import stead
 from stead.memory import MemoryConfig, MemoryPlugin, MiniLMEmbedder
 from stead.memory import _rows as rows_module
 
 USER = "u-bench"
 # (lexical weight, vector weight, the cosine a vector-only hit must reach)
-SWEEP = [(1.0, 1.0, 0.3), (0.5, 1.0, 0.3), (0.3, 1.0, 0.3), (0.2, 1.0, 0.3), (0.1, 1.0, 0.3), (0.2, 1.0, 0.2), (0.2, 1.0, 0.0)]
+SWEEP = [
+    (1.0, 1.0, 0.3),
+    (0.5, 1.0, 0.3),
+    (0.3, 1.0, 0.3),
+    (0.2, 1.0, 0.3),
+    (0.1, 1.0, 0.3),
+    (0.2, 1.0, 0.2),
+    (0.2, 1.0, 0.0),
+]
 
 
 def recall(ranked: list[list[str]], wanted: list[str], k: int) -> float:
@@ -51,7 +60,8 @@ async def run(embedder: Any = None) -> dict[str, Any]:
 
             async def ranked(lists: Any, limit: int = 5) -> list[list[str]]:
                 return [
-                    [n.id for n in await memory.search(q, user=USER, limit=limit, lists=lists)] for q, _ in QUERIES
+                    [n.id for n in await memory.search(q, user=USER, limit=limit, lists=lists)]
+                    for q, _ in QUERIES
                 ]
 
             def row(name: str, r: list[list[str]]) -> dict[str, float]:
@@ -76,8 +86,12 @@ async def run(embedder: Any = None) -> dict[str, Any]:
             original = rows_module.STOPWORDS
             rows_module.STOPWORDS = frozenset()
             try:
-                table["lexical, every token"] = row("lexical, every token (no stopwords dropped)", await ranked(["lexical"]))
-                sweep["every token, 1.0 / 1.0"] = row("fused, every token, weights 1.0 / 1.0", await ranked(None))
+                table["lexical, every token"] = row(
+                    "lexical, every token (no stopwords dropped)", await ranked(["lexical"])
+                )
+                sweep["every token, 1.0 / 1.0"] = row(
+                    "fused, every token, weights 1.0 / 1.0", await ranked(None)
+                )
             finally:
                 rows_module.STOPWORDS = original
             cfg = MemoryConfig()

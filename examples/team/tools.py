@@ -6,7 +6,7 @@ import stead
 
 CORPUS = {
     "durable": [
-        "A durable agent keeps its conversation, queues and tool ledger in a database (docs/architecture.md).",
+        "A durable agent keeps its conversation, queues and tool ledger in a database (docs/architecture).",
         "Accepted messages are never lost: acceptance is one transaction (stead A1).",
     ],
     "crash": [

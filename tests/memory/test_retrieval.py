@@ -28,7 +28,10 @@ async def test_M5_user_a_never_sees_user_b(mem: stead.AgentSystem) -> None:
     assert "Prefers coffee over tea." not in alice and "Prefers tea over coffee." in alice
     assert "Prefers tea over coffee." not in bob and "Prefers coffee over tea." in bob
     assert anonymous == ["The office coffee machine is on floor two."]
-    assert "The office coffee machine is on floor two." in alice and "The office coffee machine is on floor two." in bob
+    assert (
+        "The office coffee machine is on floor two." in alice
+        and "The office coffee machine is on floor two." in bob
+    )
 
 
 async def test_M5_tenant_isolation_and_agent_scope(mem: stead.AgentSystem) -> None:
@@ -41,7 +44,9 @@ async def test_M5_tenant_isolation_and_agent_scope(mem: stead.AgentSystem) -> No
     ]
     billing = texts(await m.search("invoices", tenant="acme", user="u1", agent="billing", limit=10))
     assert sorted(billing) == ["Invoices are reviewed by the billing agent.", "Invoices go out on the 5th."]
-    assert texts(await m.search("invoices", tenant="globex", user="u1", limit=10)) == ["Invoices go out on the 20th."]
+    assert texts(await m.search("invoices", tenant="globex", user="u1", limit=10)) == [
+        "Invoices go out on the 20th."
+    ]
     assert await m.search("invoices", user="u1", limit=10) == []  # no tenant: no tenant's notes
 
 
@@ -53,7 +58,9 @@ async def test_M5_primary_scope_and_secondary_cascading_vs_strict(db_url: str) -
         await m.add("Support hours are 9 to 5.")
         other = texts(await m.search("enterprise plan support hours", limit=10, primary="account:7"))
         assert "Account 42 is on the enterprise plan." not in other and "Support hours are 9 to 5." in other
-        assert "Account 42 is on the enterprise plan." not in texts(await m.search("enterprise plan", limit=10))
+        assert "Account 42 is on the enterprise plan." not in texts(
+            await m.search("enterprise plan", limit=10)
+        )
         got = texts(await m.search("enterprise plan", limit=10, primary="account:42"))
         assert "Account 42 is on the enterprise plan." in got
         # cascading: a caller that does not name the region still sees the region's note
@@ -82,7 +89,17 @@ def test_M5_scope_admits_secondary_dimensions() -> None:
     assert Scope(mode="strict").admits(None)
 
 
-HOSTILE = ["dark-mode", "vim: always", '"x', "AND", "NEAR(", "'; DROP TABLE memory_notes; --", "OR OR", "*", ")("]
+HOSTILE = [
+    "dark-mode",
+    "vim: always",
+    '"x',
+    "AND",
+    "NEAR(",
+    "'; DROP TABLE memory_notes; --",
+    "OR OR",
+    "*",
+    ")(",
+]
 
 
 @pytest.mark.parametrize("query", HOSTILE)
@@ -149,7 +166,10 @@ async def test_strategies_recent_and_priority(mem: stead.AgentSystem) -> None:
     await m.add("A constraint.", type="constraint", user="u")
     await m.add("Important context.", type="context", user="u", priority=5)
     await m.add("Newest preference.", type="preference", user="u")
-    assert texts(await m.search("", user="u", strategy="recent", limit=2)) == ["Newest preference.", "Important context."]
+    assert texts(await m.search("", user="u", strategy="recent", limit=2)) == [
+        "Newest preference.",
+        "Important context.",
+    ]
     assert texts(await m.search("anything", user="u", strategy="priority")) == [
         "Important context.",
         "A constraint.",

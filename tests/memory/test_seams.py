@@ -58,7 +58,9 @@ def calls_whoami(request: stead.ProviderRequest) -> list[stead.Block]:
     return [stead.Text("done")]
 
 
-async def test_a_message_carries_its_user_and_tenant_to_history_hooks_validators_and_tools(db_url: str) -> None:
+async def test_a_message_carries_its_user_and_tenant_to_history_hooks_validators_and_tools(
+    db_url: str,
+) -> None:
     seen, who = Seen(), Validator()
     async with stead.open(
         db_url, providers={"s": ScriptedProvider(calls_whoami)}, tools=[whoami], hooks=seen, plugins=[who]
@@ -107,7 +109,9 @@ async def test_the_runs_user_is_its_first_messages_and_survives_a_restart(db_url
     async with stead.open(db_url, providers={"s": ScriptedProvider(respond)}, tools=[slow]) as system:
         agent = await system.get("who1")
         await agent.wait_idle(timeout=10)
-        outputs = [b.output for m in await agent.history() for b in m.content if isinstance(b, stead.ToolResult)]
+        outputs = [
+            b.output for m in await agent.history() for b in m.content if isinstance(b, stead.ToolResult)
+        ]
     assert outputs == ["alice"]  # bob's message, queued meanwhile, joins alice's run
 
 
@@ -126,7 +130,9 @@ async def test_run_context_none_adds_nothing_and_an_answer_is_asked_once_per_run
             return [stead.ToolCall("step", {})]
         return [stead.Text("ok")]
 
-    async with stead.open(db_url, providers={"s": ScriptedProvider(respond)}, tools=[step], hooks=seen) as system:
+    async with stead.open(
+        db_url, providers={"s": ScriptedProvider(respond)}, tools=[step], hooks=seen
+    ) as system:
         agent = await system.create(provider="s", model="m", instructions="I", tools=["step"])
         await agent.run("one", user="u")
         assert seen.asked == 2 and requests[0].messages[0].role == "user"  # None: asked again, nothing added

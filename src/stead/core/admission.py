@@ -47,7 +47,9 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
     if not await tx.write_if_absent(st.id, R.msg_key(item.id), item.delivery):
         return False
     prefix = R.STEER if item.delivery == "steer" else R.SEND
-    queued = Queued("", item.id, item.role, item.content, item.metadata, item.settings, item.user, item.tenant)
+    queued = Queued(
+        "", item.id, item.role, item.content, item.metadata, item.settings, item.user, item.tenant
+    )
     await enqueue(st, tx, prefix, queued.encode())
     activated: Pending | None = None
     if await tx.get(st.id, R.PENDING) is None:

@@ -24,7 +24,7 @@ from stead.core.records import Pending, Queued
 from stead.core.response import commit_end, commit_held, commit_partial, fail
 from stead.core.state import AgentState, Turn
 from stead.errors import ProviderError, StoreError
-from stead.messages import Message, Text, ToolCall, decode_block
+from stead.messages import Message, Text, ToolCall
 from stead.providers.base import (
     BlockEnd,
     Done,

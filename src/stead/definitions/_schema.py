@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits"]
+__all__ = ["AgentDefinition", "Limits", "MemorySettings"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -64,6 +64,22 @@ class Limits(BaseModel):
         )
 
 
+class MemorySettings(BaseModel):
+    """What long-term memory does for the agent (needs `stead.open(..., memory=True)`; docs/memory.md):
+    before each run, up to `notes` notes and `examples` examples chosen by `strategy` for the run's user,
+    plus passages from the pre-execution `sources`, injected as quoted data after the instructions;
+    `write: true` offers the guarded `remember` tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    notes: int = Field(default=5, ge=0, le=50)
+    examples: int = Field(default=3, ge=0, le=20)
+    strategy: Literal["relevant", "recent", "priority"] = "relevant"
+    write: bool = False
+    sources: list[str] = Field(default_factory=list)
+    """Names of retrieval sources given to `stead.open(memory=MemoryConfig(sources={...}))`."""
+
+
 class AgentDefinition(BaseModel):
     """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
     `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
@@ -93,6 +109,8 @@ class AgentDefinition(BaseModel):
     """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
     model as a tool named after it."""
     limits: Limits = Field(default_factory=Limits)
+    memory: MemorySettings | None = None
+    """Long-term memory settings (absent: the system's memory defaults, which give none by default)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 

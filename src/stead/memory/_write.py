@@ -11,10 +11,10 @@ Guards, in order (the first that decides wins):
 2. **dedupe within the run**: the same normalized text twice in one run → *skipped* (duplicate);
 3. **cap**: at most `max_writes_per_run` (5) new notes per run → *skipped* (cap) — the 6th write of a run;
 4. **scope clamp**: always this agent + the run's user (+ tenant), never global, whatever the model hints;
-5. **near-duplicates** among the notes visible in that scope (cosine ≥ `near_duplicate`, 0.85): a note this run wrote → *superseded*
-   (the new text replaces it: the old note is archived, pointing at the new one); an exact restatement of
-   an existing note → *deduped* (that note is reinforced: its access count grows); any textual difference →
-   a new note (corrections are never absorbed);
+5. **near-duplicates** among the notes visible in that scope (cosine ≥ `near_duplicate`, 0.85): a note
+   this run wrote → *superseded* (the new text replaces it: the old note is archived, pointing at the new
+   one); an exact restatement of an existing note → *deduped* (that note is reinforced: its access count
+   grows); any textual difference → a new note (corrections are never absorbed);
 6. **write**: a new `provisional` note by the agent, expiring after `provisional_days` (7), with its source
    agent, run and call → *written*.
 

@@ -59,6 +59,7 @@ X_DATA = "stead.data"
 X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
 X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
+X_MEMORY = "stead.memory"  # the definition's `memory:` section (stead.memory.AgentMemory)
 
 PARENT_KEY = "stead.parent"
 
@@ -220,6 +221,8 @@ class Orchestrator:
             extra[X_DATA] = dict(data)
         if not definition.limits.empty:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
+        if definition.memory is not None:
+            extra[X_MEMORY] = definition.memory.model_dump()  # read by the memory plugin
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
         return {
