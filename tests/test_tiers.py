@@ -32,7 +32,10 @@ EXTEND = [
     "Store",
     "TraceContextSource",
     "Tx",
+    "end_run",
+    "record_run",
     "record_step",
+    "update_step",
 ]
 TESTING = ["Faults", "ScriptedProvider", "ScriptedResponse", "StoreCrashed", "load_scripted_model"]
 TIERS = [stead, stead.extend, stead.testing]

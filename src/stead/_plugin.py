@@ -24,7 +24,7 @@ the built-in plugins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,8 @@ __all__ = [
     "IncomingMessage",
     "MemorySource",
     "Migrations",
+    "RealtimeSessionHandle",
+    "RealtimeSource",
     "TraceContextSource",
 ]
 
@@ -95,3 +97,32 @@ class MemorySource(Protocol):
 
     @property
     def memory(self) -> Any: ...
+
+
+@runtime_checkable
+class RealtimeSessionHandle(Protocol):
+    """What `system.realtime(...)` returns: a live duplex session of a realtime agent (docs/realtime.md)."""
+
+    @property
+    def id(self) -> str: ...
+    async def send_text(self, text: str) -> None: ...
+    async def send_audio(self, pcm16: bytes) -> None: ...
+    def events(self) -> AsyncIterator[Any]: ...
+    async def interrupt(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RealtimeSource(Protocol):
+    """A plugin that opens realtime sessions for `system.realtime(definition=...)` (the realtime plugin),
+    so the system offers the method without importing the layer behind it. `system` is the
+    `stead.AgentSystem` asking."""
+
+    async def open_session(
+        self,
+        system: Any,
+        definition: str,
+        *,
+        session_id: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> RealtimeSessionHandle: ...

@@ -7,7 +7,9 @@ A plugin (`Plugin`) contributes tools, providers, hooks, per-dialect migrations,
 and a start/close lifecycle (see docs/architecture.md, "The plugin seam"). Hooks receive a `HookContext`
 (and, for `*_tx` hooks, the open transaction `ctx.tx`, a `Tx` of the system's `Store`): a plugin's own rows
 are written there, so they commit exactly when the change they describe does. `record_step` adds a step to
-a run's record in that same transaction (a no-op when run records are off).
+a run's record in that same transaction (a no-op when run records are off); `update_step` changes it;
+`record_run` / `end_run` open and close the record of a run the kernel's loop does not drive (a realtime
+session).
 
 Daily-use names (`stead.Plugin`, `stead.Hooks`, …) are the same objects as here.
 """
@@ -24,7 +26,7 @@ from stead._plugin import (
 from stead._runs import RunReader
 from stead.core.config import AgentConfig
 from stead.core.hooks import HookContext, Hooks, ResponseInfo, RunContext
-from stead.observability.records import record_step
+from stead.observability.records import end_run, record_run, record_step, update_step
 from stead.store.base import AgentRow, Store, Tx
 from stead.system import Plugin
 
@@ -44,7 +46,10 @@ __all__ = [
     "Store",
     "TraceContextSource",
     "Tx",
+    "end_run",
+    "record_run",
     "record_step",
+    "update_step",
 ]
 
 # Each public name reports the most public tier that exports it (`stead` for the daily-use ones).

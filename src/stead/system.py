@@ -24,7 +24,14 @@ from typing import Any, ClassVar, ParamSpec, cast
 
 from stead._admission import Admission
 from stead._ids import ID_RULE, is_valid_user_id, new_id
-from stead._plugin import DefinitionSource, IncomingMessage, MemorySource, Migrations
+from stead._plugin import (
+    DefinitionSource,
+    IncomingMessage,
+    MemorySource,
+    Migrations,
+    RealtimeSessionHandle,
+    RealtimeSource,
+)
 from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
@@ -272,6 +279,26 @@ class AgentSystem:
         raise ConfigurationError(
             "create(definition=...) needs definitions: open the system with definitions=DIR "
             "(or a plugin that provides them)"
+        )
+
+    async def realtime(
+        self,
+        *,
+        definition: str,
+        session_id: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> RealtimeSessionHandle:
+        """Open a realtime session of the `type: realtime` definition `definition` (docs/realtime.md): a
+        duplex voice or text conversation that hands work to durable agents. `session_id` reopens a session
+        (its undelivered results come first); `overrides` is the runtime layer of its settings. Needs a
+        plugin that opens sessions (`stead.realtime.RealtimePlugin`)."""
+        self._check_open()
+        for p in self._plugins:
+            if isinstance(p, RealtimeSource):
+                return await p.open_session(self, definition, session_id=session_id, overrides=overrides)
+        raise ConfigurationError(
+            "system.realtime() needs the realtime plugin: "
+            "stead.open(..., definitions=DIR, plugins=[stead.realtime.RealtimePlugin()])"
         )
 
     async def get(self, agent_id: str, *, resume: bool = False) -> Agent:

@@ -46,6 +46,7 @@ from stead.cli._source import (
     read_message,
     split_args,
 )
+from stead.cli._talk import talk as _talk_command
 
 __all__ = ["app", "main"]
 
@@ -249,8 +250,9 @@ app.command(name="models", cls=SteadCommand, short_help="List the model catalog 
     _models_command
 )
 app.add_typer(runs_app, name="runs", short_help="List recorded runs, or show one as a tree.")
-app.add_typer(
-    memory_app, name="memory", short_help="Agents' long-term memory: list, search, add, promote, delete."
+app.add_typer(memory_app, name="memory", short_help="Long-term memory: list, search, add, promote, delete.")
+app.command(name="talk", cls=SteadCommand, short_help="Talk with a realtime co-agent (text in, text out).")(
+    _talk_command
 )
 
 

@@ -8,7 +8,7 @@ team = load_registry("examples/team")
 
 from stead.definitions._loader import import_tool, load_definition, load_registry
 from stead.definitions._registry import Registry
-from stead.definitions._schema import AgentDefinition, Limits
+from stead.definitions._schema import AgentDefinition, Limits, RealtimeSettings
 from stead.definitions._template import render_instructions
 from stead.errors import DefinitionError
 
@@ -16,6 +16,7 @@ __all__ = [
     "AgentDefinition",
     "DefinitionError",
     "Limits",
+    "RealtimeSettings",
     "Registry",
     "import_tool",
     "load_definition",

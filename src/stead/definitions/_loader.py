@@ -77,6 +77,12 @@ def _check_models(definition: AgentDefinition, doc: YamlDocument, providers: Col
     for i, candidate in enumerate(definition.candidates):
         loc: list[int | str] = ["model"] if single else ["model", i]
         field = "model" if single else f"model[{i}]"
+        if definition.type == "realtime":
+            # realtime models have their own grammar (stead.realtime); only scripted files are checked here
+            prefix, _, rest = candidate.partition(":")
+            if prefix == "text-duplex" and not (definition.base_dir / rest).is_file():
+                raise doc.error(f"{field}: text-duplex script {rest!r} not found", loc)
+            continue
         try:
             spec = parse_spec(candidate, registered=providers, catalog=catalog, base_dir=definition.base_dir)
         except ConfigurationError as e:

@@ -1,7 +1,9 @@
 """The agent definition schema (docs/orchestration.md): what an agent *is*, as written in a YAML file.
 
-`loop` is the implemented type (`flow` and `realtime` are reserved). Unknown keys are refused, so a typo
-never silently does nothing.
+`loop` and `realtime` are the implemented types (`flow` is reserved). Unknown keys are refused, so a typo
+never silently does nothing. A `realtime` definition (docs/realtime.md) names the durable agents it hands
+work to (`target_agents`) and its voice and narration settings (`realtime:`); any definition's `realtime:`
+section is a layer of the effective settings of a realtime agent that targets it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits", "MemorySettings"]
+__all__ = ["AgentDefinition", "Limits", "MemorySettings", "NarrationSettings", "RealtimeSettings"]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -80,6 +82,47 @@ class MemorySettings(BaseModel):
     """Names of retrieval sources given to `stead.open(memory=MemoryConfig(sources={...}))`."""
 
 
+class NarrationSettings(BaseModel):
+    """Spoken progress of running delegations: deduplicated digests of at most `max_items` updates, the
+    first no earlier than `first_after` seconds into a burst of progress, then at least `every` apart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    first_after: float = Field(default=5.0, ge=0)
+    every: float = Field(default=8.0, ge=0)
+    max_items: int = Field(default=4, ge=1)
+
+
+class DelegationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cancel_on_interruption: bool = True
+    """Barge-in (the user starts speaking, or types while the agent speaks) aborts running delegations."""
+
+
+class RealtimeSettings(BaseModel):
+    """A layer of a realtime agent's settings (definition < target agent < runtime override; objects merge
+    key by key, lists and values replace)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | list[str] | None = None
+    """A model preference that overrides the definition's `model` (same grammar)."""
+    voice: str | None = None
+    """The model's voice (OpenAI: `marin`, `cedar`, ...)."""
+    output: Literal["text", "audio"] = "text"
+    """What the model answers with; audio responses also carry their transcript."""
+    transcription: str | None = "gpt-4o-mini-transcribe"
+    """The model transcribing the user's speech (None: no user transcripts of audio)."""
+    turn_detection: dict[str, Any] | None = None
+    """Server turn detection (OpenAI `turn_detection` object); None: the model's default."""
+    narration: NarrationSettings = Field(default_factory=NarrationSettings)
+    delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    session: dict[str, Any] = Field(default_factory=dict)
+    """Further session fields passed to the model as they are (e.g. `max_output_tokens`)."""
+
+
 class AgentDefinition(BaseModel):
     """An agent definition. Build it with `stead.definitions.load_definition(path)` (one file) or
     `stead.definitions.load_registry(directory)` (a team whose members reference each other)."""
@@ -90,8 +133,9 @@ class AgentDefinition(BaseModel):
     """Lowercase letters, digits, `_` and `-` (at most 64)."""
     description: str | None = None
     type: Literal["loop", "flow", "realtime"] = "loop"
-    """`loop`: the model decides, calling tools until it answers. `flow` and `realtime` are reserved: they
-    load, but creating an agent of those types is refused until they are implemented."""
+    """`loop`: the model decides, calling tools until it answers. `realtime`: a duplex voice or text session
+    (`system.realtime(definition=...)`) that hands work to its `target_agents`. `flow` is reserved: it
+    loads, but creating an agent of that type is refused until it is implemented."""
     instructions: str = ""
     """A Jinja2 template (sandboxed, undefined names are errors). It sees `agent.name`,
     `agent.description`, `tools` and `sub_agents` (each with `name` and `description`) and `data` (the
@@ -108,6 +152,11 @@ class AgentDefinition(BaseModel):
     sub_agents: list[str] = Field(default_factory=list)
     """Names of other definitions (in the same registry) this agent may delegate to; each appears to the
     model as a tool named after it."""
+    target_agents: list[str] = Field(default_factory=list)
+    """`realtime` only: the durable agents (definition names) the session may hand work to with
+    `invoke_target_agent`."""
+    realtime: RealtimeSettings | None = None
+    """Realtime settings: on a `realtime` definition its own; on a target agent a layer over them."""
     limits: Limits = Field(default_factory=Limits)
     memory: MemorySettings | None = None
     """Long-term memory settings (absent: the system's memory defaults, which give none by default)."""
@@ -132,7 +181,7 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _check_type(cls, value: Any) -> Any:
         if value not in ("loop", "flow", "realtime"):
-            raise ValueError(f"unknown agent type {value!r}; use 'loop' ('flow' and 'realtime' are reserved)")
+            raise ValueError(f"unknown agent type {value!r}; use 'loop' or 'realtime' ('flow' is reserved)")
         return value
 
     @pydantic.field_validator("model")
@@ -145,6 +194,17 @@ class AgentDefinition(BaseModel):
             if not candidate.strip():
                 raise ValueError("a model candidate is empty")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _check_realtime(self) -> AgentDefinition:
+        if self.type == "realtime":
+            if not self.target_agents:
+                raise ValueError("a realtime agent needs target_agents (the agents it hands work to)")
+            if self.sub_agents:
+                raise ValueError("a realtime agent hands work to target_agents, not sub_agents")
+        elif self.target_agents:
+            raise ValueError("target_agents is for realtime agents (type: realtime)")
+        return self
 
     @pydantic.field_validator("sub_agents")
     @classmethod

@@ -25,7 +25,7 @@ from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.core.outcome import Outcome
-from stead.messages import Text, ToolCall, ToolResult
+from stead.messages import Text, ToolCall, ToolResult, Usage
 from stead.store.base import Tx
 
 __all__ = [
@@ -35,9 +35,12 @@ __all__ = [
     "STEP_TYPES",
     "STEP_TYPE_KEY",
     "RunRecorder",
+    "end_run",
     "parent_link",
     "record_guardrail",
+    "record_run",
     "record_step",
+    "update_step",
 ]
 
 PARENT_KEY = "stead.parent"
@@ -269,6 +272,108 @@ async def record_step(
         ),
     )
     return sid
+
+
+async def record_run(
+    tx: Tx,
+    run_id: str,
+    agent_id: str,
+    *,
+    agent_name: str | None = None,
+    session_id: str | None = None,
+    started_at: float | None = None,
+) -> None:
+    """Open a run record (status `running`) for work the kernel's loop does not drive — a realtime
+    session — inside `tx`; `end_run` closes it. A no-op with run records off, and for an existing id."""
+    if RECORDS_MODULE not in tx.store.modules:
+        return
+    await tx.execute(
+        "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, session_id, conversation_id, status, "
+        "started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
+        (
+            run_id,
+            agent_id,
+            agent_name,
+            agent_name or agent_id,
+            session_id,
+            agent_id,
+            started_at if started_at is not None else time.time(),
+        ),
+    )
+
+
+async def update_step(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    *,
+    status: str | None = None,
+    output: Any = None,
+    error: str | None = None,
+    completed_at: float | None = None,
+    usage: Usage | None = None,
+    provider: str | None = None,
+    target_run_id: str | None = None,
+) -> None:
+    """Update a step written by `record_step` inside `tx`: its status (a final status sets `completed_at`,
+    now unless given), output, error, the child run it points at, and — for a long-lived `prompt` step —
+    its provider and usage (the totals so far: they replace the stored ones). A no-op with records off."""
+    if RECORDS_MODULE not in tx.store.modules:
+        return
+    sets: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        sets.append("status = ?")
+        params.append(status)
+        if status != "running":
+            sets.append("completed_at = ?")
+            params.append(completed_at if completed_at is not None else time.time())
+    if output is not None:
+        sets.append("output_json = ?")
+        params.append(_dumps(output))
+    if error is not None:
+        sets.append("error = ?")
+        params.append(error)
+    if provider is not None:
+        sets.append("provider = ?")
+        params.append(provider)
+    if target_run_id is not None:
+        sets.append("target_run_id = ?")
+        params.append(target_run_id)
+    if usage is not None:
+        sets.append("input_tokens = ?, output_tokens = ?, cached_tokens = ?, cost = ?, attempts = 1")
+        params.extend((usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost))
+    if not sets:
+        return
+    await tx.execute(
+        f"UPDATE run_steps SET {', '.join(sets)} WHERE run_id = ? AND id = ?", (*params, run_id, step_id)
+    )
+
+
+async def end_run(
+    tx: Tx,
+    run_id: str,
+    *,
+    status: str = "completed",
+    error: str | None = None,
+    final_message: str | None = None,
+) -> None:
+    """Close a run opened with `record_run` inside `tx`: its status, its totals summed from its prompt
+    steps, steps still running end with it; its tokens roll up to its ancestors. A no-op with records off."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+    if RECORDS_MODULE not in tx.store.modules:
+        return
+    now = time.time()
+    if final_message is not None:
+        await tx.execute("UPDATE runs SET final_message = ? WHERE id = ?", (final_message, run_id))
+    await tx.execute(_SETTLE_RUN, (status, now, error, run_id, run_id))
+    await tx.execute(
+        "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
+        "WHERE run_id = ? AND status = 'running'",
+        ("completed" if status == "completed" else "failed", now, error, run_id),
+    )
+    await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
 
 
 async def record_guardrail(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> str:

@@ -193,6 +193,11 @@ class Orchestrator:
         """Keyword arguments for `system.create` that build an agent of definition `name`: its model, its
         rendered instructions, its tools and sub-agents (with `changes` applied at its depth), its limits."""
         definition = self.definition(name)
+        if definition.type == "realtime":
+            raise ConfigurationError(
+                f"definition {name!r} is a realtime agent: open a session with "
+                f"system.realtime(definition={name!r}) (docs/realtime.md)"
+            )
         if definition.type != "loop":
             raise ConfigurationError(
                 f"definition {name!r} has type {definition.type!r}, which is not implemented yet "
