@@ -32,57 +32,89 @@ class VectorIndex:
         self.model = model
         self.dims = dims
         self.last_seq = 0
-        self.rows: dict[int, int] = {}  # item seq -> row of `matrix`
+        self.row_of: Any = np.full(0, -1, dtype=np.int64)  # item seq -> row of `matrix` (-1: none)
         self.matrix: Any = np.zeros((0, dims), dtype=np.float32)
         self.n = 0
 
     def _add(self, batch: list[tuple[int, int, bytes]]) -> None:
         import numpy as np
 
-        if not batch:
-            return
-        if batch[-1][0] <= self.last_seq:
-            return  # another search published these already
         fresh = [b for b in batch if b[0] > self.last_seq]
+        if not fresh:
+            return  # another search published these already
         need = self.n + len(fresh)
         if need > self.matrix.shape[0]:
             grown = np.zeros((max(need, 2 * self.matrix.shape[0], 256), self.dims), dtype=np.float32)
             grown[: self.n] = self.matrix[: self.n]
             self.matrix = grown
+        top = max(item for _, item, _ in fresh)
+        if top >= self.row_of.shape[0]:
+            grown_rows = np.full(max(top + 1, 2 * self.row_of.shape[0], 256), -1, dtype=np.int64)
+            grown_rows[: self.row_of.shape[0]] = self.row_of
+            self.row_of = grown_rows
         for _, item_seq, blob in fresh:
             vec = np.frombuffer(blob, dtype="<f4")
             if vec.shape[0] != self.dims:
                 continue
-            row = self.rows.get(item_seq)
-            if row is None:
+            row = int(self.row_of[item_seq])
+            if row < 0:
                 row = self.n
                 self.n += 1
-                self.rows[item_seq] = row
+                self.row_of[item_seq] = row
             self.matrix[row] = vec
         self.last_seq = fresh[-1][0]
 
-    async def scores(
-        self, tx: Tx, rows: Rows, query: Sequence[float], candidates: Sequence[int]
-    ) -> dict[int, float]:
-        """Cosine of `query` with each candidate item that has a vector of this model."""
+    async def top(
+        self,
+        tx: Tx,
+        rows: Rows,
+        query: Sequence[float],
+        candidates: Sequence[int],
+        k: int,
+        floor: float,
+    ) -> list[tuple[int, float]]:
+        """The `k` candidates most similar to `query` (cosine ≥ `floor`), best first."""
         import numpy as np
 
         new = await rows.vectors_after(tx, self.kind, self.model, self.last_seq)
         if new:
             tx.after_commit(lambda: self._add(new))
         q = np.asarray(query, dtype=np.float32)
-        out: dict[int, float] = {}
+        cand = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
         staged = {item: blob for _, item, blob in new}
-        known = [(s, self.rows[s]) for s in candidates if s in self.rows and s not in staged]
-        if known:
-            idx = np.fromiter((r for _, r in known), dtype=np.int64, count=len(known))
-            # many candidates: one pass over the whole matrix beats copying their rows out of it
-            sims = (self.matrix[: self.n] @ q)[idx] if len(known) * 4 > self.n else self.matrix[idx] @ q
-            out = dict(zip((s for s, _ in known), sims.tolist(), strict=True))
-        wanted = set(candidates)
-        for item, blob in staged.items():
-            if item in wanted:
-                vec = np.frombuffer(blob, dtype="<f4")
-                if vec.shape[0] == self.dims:
-                    out[item] = float(vec @ q)
-        return out
+        seqs: list[Any] = []
+        sims: list[Any] = []
+        if cand.size and self.n:
+            inside = cand[cand < self.row_of.shape[0]]
+            r = self.row_of[inside]
+            have = r >= 0
+            known, known_rows = inside[have], r[have]
+            if staged:
+                keep = ~np.isin(known, np.fromiter(staged, dtype=np.int64, count=len(staged)))
+                known, known_rows = known[keep], known_rows[keep]
+            if known.size:
+                # many candidates: one pass over the whole matrix beats copying their rows out of it
+                if known.size * 4 > self.n:
+                    scores = (self.matrix[: self.n] @ q)[known_rows]
+                else:
+                    scores = self.matrix[known_rows] @ q
+                seqs.append(known)
+                sims.append(scores)
+        if staged:
+            wanted = set(candidates)
+            extra = [(item, blob) for item, blob in staged.items() if item in wanted]
+            vecs = [np.frombuffer(b, dtype="<f4") for _, b in extra]
+            ok = [(item, v) for (item, _), v in zip(extra, vecs, strict=True) if v.shape[0] == self.dims]
+            if ok:
+                seqs.append(np.array([i for i, _ in ok], dtype=np.int64))
+                sims.append(np.array([float(v @ q) for _, v in ok], dtype=np.float32))
+        if not seqs:
+            return []
+        all_seqs, all_sims = np.concatenate(seqs), np.concatenate(sims)
+        passing = all_sims >= floor
+        all_seqs, all_sims = all_seqs[passing], all_sims[passing]
+        if all_sims.size > k:
+            part = np.argpartition(-all_sims, k)[:k]
+            all_seqs, all_sims = all_seqs[part], all_sims[part]
+        order = np.argsort(-all_sims, kind="stable")
+        return [(int(all_seqs[i]), float(all_sims[i])) for i in order]

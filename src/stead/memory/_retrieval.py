@@ -197,13 +197,12 @@ class Retriever:
                         )
                         if s in allowed
                     ][:POOL]
-                sims: dict[int, float] = {}
+                w = self.weights
+                vector: list[int] = []
                 if qvec is not None and self.embedder is not None and allowed:
-                    sims = await self.index(kind).scores(tx, rows, qvec, list(allowed))
-            w = self.weights
-            # a vector hit must reach the floor: below it, a note is merely the least unrelated one
-            ranked = sorted(((s, v) for s, v in sims.items() if v >= w.min_similarity), key=lambda kv: -kv[1])
-            vector = [s for s, _ in ranked[:POOL]]
+                    # a vector hit must reach the floor: below it, a note is merely the least unrelated one
+                    hits = await self.index(kind).top(tx, rows, qvec, list(allowed), POOL, w.min_similarity)
+                    vector = [s for s, _ in hits]
             return rrf([lexical, vector], [w.lexical, w.vector])[:limit]
         if strategy == "relevant":
             strategy = "priority"  # no words to look for: the most important items
