@@ -186,8 +186,9 @@ class Retriever:
                 got = await self.embed([query], kind="query")
                 qvec = got[0] if got else None
             async with self.store.transaction() as tx:
-                cands = await rows.candidates(tx, kind, scope, provisional=provisional, tainted=tainted)
-                allowed = {s for s, sec in cands if _admits(scope, sec)}
+                plain, dims = await rows.candidates(tx, kind, scope, provisional=provisional, tainted=tainted)
+                denied = {s for s, sec in dims if not _admits(scope, sec)}
+                allowed = plain + [s for s, _ in dims if s not in denied]
                 lexical: list[int] = []
                 if "lexical" in use:
                     lexical = [
@@ -195,13 +196,13 @@ class Retriever:
                         for s in await rows.lexical(
                             tx, kind, scope, tokens, POOL * 2, provisional=provisional, tainted=tainted
                         )
-                        if s in allowed
+                        if s not in denied
                     ][:POOL]
                 w = self.weights
                 vector: list[int] = []
                 if qvec is not None and self.embedder is not None and allowed:
                     # a vector hit must reach the floor: below it, a note is merely the least unrelated one
-                    hits = await self.index(kind).top(tx, rows, qvec, list(allowed), POOL, w.min_similarity)
+                    hits = await self.index(kind).top(tx, rows, qvec, allowed, POOL, w.min_similarity)
                     vector = [s for s, _ in hits]
             return rrf([lexical, vector], [w.lexical, w.vector])[:limit]
         if strategy == "relevant":

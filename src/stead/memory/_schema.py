@@ -58,7 +58,9 @@ def _notes(seq: str, real: str, extra: str = "") -> str:
         created_at {real} NOT NULL,
         updated_at {real} NOT NULL,{extra}{_NOTE_CHECKS}
     );
-    CREATE INDEX memory_notes_by_user ON memory_notes(user_id, agent_id);
+    CREATE INDEX memory_notes_by_user ON memory_notes(
+        user_id, agent_id, tenant, scope_primary, status, trust, expires_at, scope_secondary
+    );
     CREATE INDEX memory_notes_by_agent ON memory_notes(agent_id);
     CREATE INDEX memory_notes_by_hash ON memory_notes(body_hash);
     CREATE INDEX memory_notes_by_run ON memory_notes(source_run_id);
@@ -75,7 +77,9 @@ def _notes(seq: str, real: str, extra: str = "") -> str:
         CHECK (status IN ('active', 'archived')),
         CHECK (author IN ('human', 'agent', 'system'))
     );
-    CREATE INDEX memory_examples_by_agent ON memory_examples(agent_id, user_id)"""
+    CREATE INDEX memory_examples_by_agent ON memory_examples(
+        agent_id, user_id, tenant, scope_primary, status, scope_secondary
+    )"""
 
 
 def _vectors_and_events(seq: str, real: str, blob: str) -> str:
@@ -90,6 +94,7 @@ def _vectors_and_events(seq: str, real: str, blob: str) -> str:
         UNIQUE (kind, item_seq, model),
         CHECK (kind IN ('note', 'example'))
     );
+    CREATE INDEX memory_vectors_by_model ON memory_vectors(model, kind, seq);
     CREATE TABLE memory_events (
         seq {seq},
         id TEXT NOT NULL,
