@@ -498,10 +498,11 @@ class Rows:
         where, params = scope_sql(scope, "n.")
         rows = await tx.fetch(
             f"SELECT {', '.join('n.' + c.strip() for c in NOTE_COLS.split(','))}, v.embedding "
-            "FROM memory_notes n JOIN memory_vectors v "
-            "ON v.kind = 'note' AND v.item_seq = n.seq AND v.model = ? "
-            f"WHERE n.status IN ('active', 'provisional') AND {where}",
-            (model, *params),
+            # CROSS JOIN: SQLite keeps this order (the scope's notes first, by index), PostgreSQL plans freely
+            "FROM memory_notes n CROSS JOIN memory_vectors v "
+            f"WHERE n.status IN ('active', 'provisional') AND {where} "
+            "AND v.kind = 'note' AND v.item_seq = n.seq AND v.model = ?",
+            (*params, model),
         )
         return [(note_from_row(r), decode_vector(r[-1])) for r in rows]
 

@@ -56,6 +56,20 @@ def effects_of(t: Tool | None) -> str:
     return str(getattr(t, "effects", EXTERNAL) or EXTERNAL) if t is not None else EXTERNAL
 
 
+def similarities(query: Sequence[float], vectors: list[list[float]]) -> list[float]:
+    """Cosine of `query` with each vector (numpy when installed)."""
+    if not vectors:
+        return []
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - vectors exist only with an embedder, which needs numpy
+        return [cosine(query, v) for v in vectors]
+    m = np.asarray(vectors, dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=1) * float(np.linalg.norm(q))
+    return [float(x) for x in (m @ q) / np.maximum(norms, 1e-12)]
+
+
 @dataclass
 class Outcome:
     disposition: str
@@ -194,8 +208,10 @@ class Writer:
         embedder = plugin.retriever.embedder
         neighbours: list[tuple[float, Note]] = []
         if vector is not None and embedder is not None and len(vector) == embedder.dims:
-            for other, v in await rows.scope_vectors(tx, scope, embedder.model):
-                sim = cosine(vector, v)
+            found = await rows.scope_vectors(tx, scope, embedder.model)
+            for sim, other in zip(
+                similarities(vector, [v for _, v in found]), (n for n, _ in found), strict=True
+            ):
                 if sim >= cfg.near_duplicate:
                     neighbours.append((sim, other))
             neighbours.sort(key=lambda p: -p[0])
