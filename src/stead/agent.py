@@ -325,6 +325,25 @@ class Agent:
             raw = await tx.load(self.id)
         return R.build_messages([json.loads(r) for r in raw])
 
+    async def queued(self) -> list[Input]:
+        """The accepted messages not yet consumed, in the order the agent will take them (steered ones
+        first, then sends, each in acceptance order), read from the store."""
+        async with self._rt.env.store.transaction() as tx:
+            rows = await tx.read_prefix(self.id, R.QUEUE)
+        queued = [R.Queued.decode(k, v) for k, v in rows if v]
+        queued.sort(key=lambda q: (q.delivery != "steer", q.key))
+        return [
+            Input(
+                [decode_block(b) for b in q.content],
+                q.id,
+                "steer" if q.delivery == "steer" else "send",
+                "system" if q.role == "system" else "user",
+                q.metadata,
+                dict(q.settings),
+            )
+            for q in queued
+        ]
+
     def events(self) -> AsyncIterator[Event]:
         """Live events from now on (deltas, completed blocks, tool calls, done, settled)."""
         return _EventStream(self._rt)

@@ -35,7 +35,7 @@ from stead._plugin import (
 from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, Env, QueueMode, RetryPolicy
-from stead.core.hooks import Hooks, HookSet
+from stead.core.hooks import HookContext, Hooks, HookSet
 from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, inside_agent
 from stead.errors import (
@@ -356,6 +356,10 @@ class AgentSystem:
             rt.close_streams()
         async with self.store.transaction() as tx:
             existed = await tx.delete_agent(agent_id)
+            if existed and self._env.hooks.wants("agent_deleted_tx"):
+                # layers' rows about the agent go in the same transaction as the agent
+                ctx = HookContext(agent_id, rt.config.name if rt is not None else None, self.store, tx=tx)
+                await self._env.hooks.agent_deleted_tx(ctx)
         self._runtimes.pop(agent_id, None)
         if not existed:
             raise AgentNotFound(f"no agent with id {agent_id!r}")

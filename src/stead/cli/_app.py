@@ -35,6 +35,7 @@ from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption
 from stead.cli._printer import Printer, TeamProgress
 from stead.cli._render import message_json, print_history
 from stead.cli._runs import runs_app
+from stead.cli._serve import serve as _serve_command
 from stead.cli._signals import Stopper
 from stead.cli._source import (
     Source,
@@ -251,6 +252,9 @@ app.command(name="models", cls=SteadCommand, short_help="List the model catalog 
 )
 app.add_typer(runs_app, name="runs", short_help="List recorded runs, or show one as a tree.")
 app.add_typer(memory_app, name="memory", short_help="Long-term memory: list, search, add, promote, delete.")
+app.command(name="serve", cls=SteadCommand, short_help="Serve agents over HTTP (REST, streams, viewer).")(
+    _serve_command
+)
 app.command(name="talk", cls=SteadCommand, short_help="Talk with a realtime co-agent (text in, text out).")(
     _talk_command
 )

@@ -132,6 +132,10 @@ class Hooks:
         """The active period ends: the pending record is being deleted. `ctx.outcome` says how the run
         ended; `error` is its failure (or "aborted") when it did not complete."""
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        """`system.delete` is removing the agent (its row, keys and history) in `ctx.tx`: a layer that keeps
+        rows about the agent deletes them here, so they go exactly when the agent does."""
+
     # -- decisions ---------------------------------------------------------------------------------
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         """The tool names offered to the model — and allowed to run — for this run (default: the agent's
@@ -179,6 +183,7 @@ HOOK_METHODS = (
     "tool_dispatched_tx",
     "tool_result_tx",
     "settled_tx",
+    "agent_deleted_tx",
     "offered_tools",
     "model_changed",
     "before_inference",
@@ -212,6 +217,7 @@ class HookSet:
         self._tool_dispatched_tx = self._by["tool_dispatched_tx"]
         self._tool_result_tx = self._by["tool_result_tx"]
         self._settled_tx = self._by["settled_tx"]
+        self._agent_deleted_tx = self._by["agent_deleted_tx"]
         self._offered_tools = self._by["offered_tools"]
         self._model_changed = self._by["model_changed"]
         self._before_inference = self._by["before_inference"]
@@ -258,6 +264,10 @@ class HookSet:
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self._settled_tx:
             await h.settled_tx(ctx, error)
+
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        for h in self._agent_deleted_tx:
+            await h.agent_deleted_tx(ctx)
 
     def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
         for h in self._offered_tools:

@@ -1,0 +1,413 @@
+"""What the routes do, without HTTP: tenant-scoped lookups, idempotent creation and acceptance, pages.
+
+Every lookup by id is filtered by the caller's tenant and answers "not found" for another tenant's id
+(never "forbidden": an id in another tenant is indistinguishable from no id at all). Every write returns
+after its durable commit; idempotency decisions (fingerprints) are written in the transaction of the change
+they guard.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stead._ids import new_id
+from stead._runs import Run
+from stead.agent import Acceptance, Agent, Input
+from stead.errors import AgentNotFound, InvalidInput, RunNotFound
+from stead.messages import encode_block
+from stead.server._auth import Auth, Principal
+from stead.server._errors import ApiError
+from stead.server._models import BatchItem, CreateAgent, MessageIn
+from stead.server._plugin import ServerPlugin
+from stead.server._wire import blocks_from_json, dumps
+from stead.system import AgentSystem
+
+__all__ = ["Service", "ServiceConfig"]
+
+RECORDS_MODULE = "observability"
+_NONE = ""  # a tenant value no tenant can have (names are 1–128 characters)
+
+_RUN_COLS = (
+    "r.id, r.agent_id, r.agent_name, r.parent_run_id, r.parent_step_id, r.status, r.started_at, "
+    "r.completed_at, r.error, r.final_message, r.input_tokens, r.output_tokens, r.cached_tokens, r.cost, "
+    "r.child_input_tokens, r.child_output_tokens, r.child_cached_tokens, r.child_cost, r.iterations, "
+    "r.restarts, r.breadcrumb"
+)
+_LIVE_TOTALS = (
+    "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+    "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
+    "FROM run_steps WHERE run_id = ? AND type = 'prompt'"
+)
+
+
+def fingerprint(value: Any) -> str:
+    return hashlib.sha256(dumps(value).encode()).hexdigest()
+
+
+def encode_cursor(*parts: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(parts)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, n: int) -> list[Any]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        parts = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued") from None
+    if not isinstance(parts, list) or len(parts) != n:
+        raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
+    return parts
+
+
+@dataclass(frozen=True)
+class AcceptOutcome:
+    acceptances: list[Acceptance]
+    events_after: int
+    created_any: bool
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Stream timing: a `: ping` after `heartbeat` seconds of silence; `retry:` tells clients how long to
+    wait before reconnecting. `max_body_bytes`: larger requests are 413."""
+
+    heartbeat: float = 15.0
+    retry_ms: int = 2000
+    max_body_bytes: int = 2_000_000
+
+
+class Service:
+    """The system behind the routes, seen through a principal's tenant."""
+
+    def __init__(
+        self, system: AgentSystem, plugin: ServerPlugin, auth: Auth, config: ServiceConfig | None = None
+    ) -> None:
+        self.system = system
+        self.plugin = plugin
+        self.auth = auth
+        self.config = config or ServiceConfig()
+
+    @property
+    def store(self) -> Any:
+        return self.system.store
+
+    def _default(self) -> str:
+        return self.auth.default_tenant if self.auth.default_tenant is not None else _NONE
+
+    def tenant(self, stored: str | None) -> str | None:
+        return stored if stored is not None else self.auth.default_tenant
+
+    # ------------------------------------------------------------------ agents
+    async def tenant_of(self, agent_id: str) -> str | None:
+        """The agent's tenant; None when it does not exist (or belongs to nobody)."""
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT a.id, s.tenant FROM agents a LEFT JOIN stead_server_agents s ON s.agent_id = a.id "
+                "WHERE a.id = ?",
+                (agent_id,),
+            )
+        if not rows:
+            return None
+        return self.tenant(rows[0][1])
+
+    async def agent(self, principal: Principal, agent_id: str) -> Agent:
+        """The agent if it is in the principal's tenant; 404 otherwise."""
+        if await self.tenant_of(agent_id) != principal.tenant:
+            raise ApiError(404, "not_found", f"no agent with id {agent_id!r}")
+        try:
+            return await self.system.get(agent_id)
+        except AgentNotFound:
+            raise ApiError(404, "not_found", f"no agent with id {agent_id!r}") from None
+
+    async def head(self, agent_id: str) -> tuple[int, int]:
+        """The agent's last event `seq` and the highest pruned one."""
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT head_seq, pruned_through FROM stead_server_agents WHERE agent_id = ?", (agent_id,)
+            )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
+    async def list_agents(
+        self, principal: Principal, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, str | None, float, bool]], str | None]:
+        params: list[Any] = [self._default(), principal.tenant]
+        where = ""
+        if after is not None:
+            created, aid = decode_cursor(after, 2)
+            if not isinstance(created, int | float) or not isinstance(aid, str):
+                raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
+            where = " AND (a.created_at > ? OR (a.created_at = ? AND a.id > ?))"
+            params += [created, created, aid]
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT a.id, a.name, a.created_at FROM agents a "
+                "LEFT JOIN stead_server_agents s ON s.agent_id = a.id "
+                f"WHERE COALESCE(s.tenant, ?) = ?{where} ORDER BY a.created_at, a.id LIMIT ?",
+                (*params, limit + 1),
+            )
+            owing = {row.id for row, _ in await tx.agents_owing_work()}
+        items = [(str(r[0]), r[1], float(r[2]), str(r[0]) in owing) for r in rows[:limit]]
+        nxt = encode_cursor(items[-1][2], items[-1][0]) if len(rows) > limit and items else None
+        return items, nxt
+
+    async def create_agent(self, principal: Principal, body: CreateAgent) -> tuple[Agent, bool]:
+        """Create (201) or, for a repeated id with the same body, return the existing agent (200)."""
+        settings_given = any(
+            v is not None for v in (body.provider, body.model, body.instructions, body.tools)
+        )
+        if body.definition is not None and settings_given:
+            raise ApiError(
+                422,
+                "invalid_request",
+                "give either a definition (with data) or model settings (provider, model, instructions, "
+                "tools), not both",
+            )
+        if body.definition is None and body.data is not None:
+            raise ApiError(422, "invalid_request", "data needs a definition")
+        fp = fingerprint(body.model_dump(exclude={"id"}, exclude_none=True))
+        agent_id = body.id if body.id is not None else new_id()
+        kwargs: dict[str, Any] = {}
+        for key in ("steering_mode", "send_mode", "permission_mode"):
+            value = getattr(body, key)
+            if value is not None:
+                kwargs[key] = value
+        # One transaction: the existence check, this service's row and the kernel's agent row (the creation
+        # joins it), so two racing creations of one id make one agent and the other sees it.
+        async with self.store.transaction() as tx:
+            if body.id is not None and await tx.get_agent(agent_id) is not None:
+                rows = await tx.fetch(
+                    "SELECT tenant, fingerprint FROM stead_server_agents WHERE agent_id = ?", (agent_id,)
+                )
+                tenant = self.tenant(rows[0][0] if rows else None)
+                if not (rows and rows[0][1] == fp and tenant == principal.tenant):
+                    raise ApiError(409, "agent_exists", f"an agent with id {agent_id!r} already exists")
+                existing = True
+            else:
+                existing = False
+                # a fresh row: events or fingerprints left by a deleted agent of the same id go with it
+                for table in ("stead_events", "stead_server_messages"):
+                    await tx.execute(f"DELETE FROM {table} WHERE agent_id = ?", (agent_id,))
+                await tx.execute(
+                    "INSERT INTO stead_server_agents(agent_id, tenant, fingerprint, head_seq, "
+                    "pruned_through) VALUES (?, ?, ?, 0, 0) ON CONFLICT(agent_id) DO UPDATE SET "
+                    "tenant = excluded.tenant, "
+                    "fingerprint = excluded.fingerprint, head_seq = 0, pruned_through = 0",
+                    (agent_id, principal.tenant, fp),
+                )
+                if body.definition is not None:
+                    agent = await self.system.create(
+                        agent_id=agent_id, definition=body.definition, data=body.data, **kwargs
+                    )
+                else:
+                    agent = await self.system.create(
+                        agent_id=agent_id,
+                        provider=body.provider,
+                        model=body.model,
+                        instructions=body.instructions or "",
+                        tools=body.tools or (),
+                        name=body.name,
+                        **kwargs,
+                    )
+        if existing:
+            return await self.system.get(agent_id), False
+        return agent, True
+
+    async def delete_agent(self, principal: Principal, agent_id: str, abort: bool) -> None:
+        agent = await self.agent(principal, agent_id)
+        if agent.active and not abort:
+            raise ApiError(
+                409, "agent_busy", f"agent {agent_id} owes work; abort it first or delete with ?abort=true"
+            )
+        await self.system.delete(agent_id)
+
+    # ------------------------------------------------------------------ messages
+    def _input(self, item: MessageIn | BatchItem, message_id: str) -> tuple[Input, str]:
+        content = blocks_from_json(
+            [c.model_dump() for c in item.content] if isinstance(item.content, list) else item.content
+        )
+        settings = item.settings.model_dump(exclude_none=True) if item.settings is not None else {}
+        inp = Input(content, message_id, item.mode, item.role, item.metadata, settings)
+        self._check_size(inp)
+        body = {
+            "mode": item.mode,
+            "role": item.role,
+            "content": item.content
+            if isinstance(item.content, str)
+            else [c.model_dump() for c in item.content],
+            "metadata": item.metadata,
+            "settings": settings,
+        }
+        return inp, fingerprint(body)
+
+    def _check_size(self, inp: Input) -> None:
+        """413 for a message over the system's payload limit (measured as the kernel measures it, A7)."""
+        from stead.messages import Text
+
+        blocks = [Text(inp.content)] if isinstance(inp.content, str) else list(inp.content)
+        try:
+            size = len(json.dumps([encode_block(b) for b in blocks])) + len(json.dumps(inp.metadata or {}))
+        except (TypeError, ValueError):
+            raise InvalidInput("metadata must be JSON-serializable") from None
+        limit = self.system.admission.max_payload_bytes
+        if size > limit:
+            raise ApiError(
+                413, "payload_too_large", f"the message is {size} bytes; the limit is {limit} bytes"
+            )
+
+    async def accept(
+        self,
+        agent: Agent,
+        items: Sequence[tuple[MessageIn | BatchItem, str | None]],
+        if_busy: str,
+    ) -> AcceptOutcome:
+        """Accept messages (all or none) with their fingerprints, in one transaction."""
+        prepared: list[tuple[Input, str]] = []
+        for item, given in items:
+            prepared.append(self._input(item, given if given is not None else new_id()))
+        ids = [inp.id for inp, _ in prepared]
+        if len(set(ids)) != len(ids):
+            raise ApiError(422, "invalid_request", "the same message id appears twice in one batch")
+        async with self.store.transaction() as tx:
+            marks = ",".join("?" for _ in ids)
+            rows = await tx.fetch(
+                "SELECT message_id, fingerprint, events_after FROM stead_server_messages "
+                f"WHERE agent_id = ? AND message_id IN ({marks})",
+                (agent.id, *ids),
+            )
+            known = {str(r[0]): (str(r[1]), int(r[2])) for r in rows}
+            for inp, fp in prepared:
+                seen = known.get(str(inp.id))
+                if seen is not None and seen[0] != fp:
+                    raise ApiError(
+                        422, "id_reused", f"message id {inp.id!r} was used before with another body"
+                    )
+            if len(known) == len(prepared):
+                # every message is a retry of one accepted before: nothing to write
+                accs = [Acceptance(str(i.id), i.delivery, False) for i, _ in prepared]
+                return AcceptOutcome(accs, min(v[1] for v in known.values()), False)
+            if if_busy == "reject" and agent.active:
+                raise ApiError(409, "agent_busy", f"agent {agent.id} is busy (if_busy: reject)")
+            head_rows = await tx.fetch(
+                "SELECT head_seq FROM stead_server_agents WHERE agent_id = ?", (agent.id,)
+            )
+            head = int(head_rows[0][0]) if head_rows else 0
+            for inp, fp in prepared:
+                if str(inp.id) not in known:
+                    await tx.execute(
+                        "INSERT INTO stead_server_messages(agent_id, message_id, fingerprint, events_after) "
+                        "VALUES (?, ?, ?, ?)",
+                        (agent.id, inp.id, fp, head),
+                    )
+            accs = await agent.deliver([inp for inp, _ in prepared])
+        return AcceptOutcome(accs, head, any(a.created for a in accs))
+
+    # ------------------------------------------------------------------ events
+    async def replay(
+        self, agent_id: str, after: int, upto: int, limit: int = 500
+    ) -> list[tuple[int, str | None, str, str]]:
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT seq, run_id, type, data FROM stead_events "
+                "WHERE agent_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                (agent_id, after, upto, limit),
+            )
+        return [(int(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
+
+    # ------------------------------------------------------------------ runs
+    @property
+    def records(self) -> bool:
+        return RECORDS_MODULE in self.store.modules
+
+    async def run(self, principal: Principal, run_id: str) -> Run:
+        if not self.records:
+            raise ApiError(404, "not_found", f"no run with id {run_id!r} (run records are off)")
+        try:
+            run = await self.system.run(run_id)
+        except RunNotFound:
+            raise ApiError(404, "not_found", f"no run with id {run_id!r}") from None
+        if await self.tenant_of(run.agent_id) != principal.tenant:
+            raise ApiError(404, "not_found", f"no run with id {run_id!r}")
+        return run
+
+    async def list_runs(
+        self,
+        principal: Principal,
+        *,
+        agent_id: str | None,
+        status: str | None,
+        parent_run_id: str | None,
+        roots: bool,
+        after: str | None,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        if not self.records:
+            return [], None
+        where = ["COALESCE(s.tenant, ?) = ?"]
+        params: list[Any] = [self._default(), principal.tenant]
+        if agent_id is not None:
+            where.append("r.agent_id = ?")
+            params.append(agent_id)
+        if status is not None:
+            where.append("r.status = ?")
+            params.append(status)
+        if parent_run_id is not None:
+            where.append("r.parent_run_id = ?")
+            params.append(parent_run_id)
+        if roots:
+            where.append("r.parent_run_id IS NULL")
+        if after is not None:
+            started, rid = decode_cursor(after, 2)
+            if not isinstance(started, int | float) or not isinstance(rid, str):
+                raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
+            where.append("(r.started_at < ? OR (r.started_at = ? AND r.id < ?))")
+            params += [started, started, rid]
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                f"SELECT {_RUN_COLS} FROM runs r JOIN agents a ON a.id = r.agent_id "
+                "LEFT JOIN stead_server_agents s ON s.agent_id = r.agent_id "
+                f"WHERE {' AND '.join(where)} ORDER BY r.started_at DESC, r.id DESC LIMIT ?",
+                (*params, limit + 1),
+            )
+            out = []
+            for r in rows[:limit]:
+                r = tuple(r)
+                if r[5] == "running":
+                    (t,) = await tx.fetch(_LIVE_TOTALS, (r[0],))
+                    r = (*r[:10], *t[:4], *r[14:18], t[4], *r[19:])
+                out.append(_run_row(r))
+        nxt = encode_cursor(out[-1]["started_at"], out[-1]["id"]) if len(rows) > limit and out else None
+        return out, nxt
+
+
+def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    (rid, aid, name, prun, pstep, status, started, completed, error, final) = r[:10]
+    inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, crumb = r[10:]
+    return {
+        "id": rid,
+        "agent_id": aid,
+        "agent_name": name,
+        "parent_run_id": prun,
+        "parent_step_id": pstep,
+        "status": status,
+        "started_at": started,
+        "completed_at": completed,
+        "duration": None if completed is None else completed - started,
+        "error": error,
+        "final_message": final,
+        "input_tokens": int(inp) + int(cinp),
+        "output_tokens": int(out) + int(cout),
+        "cached_tokens": int(cached) + int(ccached),
+        "cost": float(cost) + float(ccost),
+        "own_input_tokens": int(inp),
+        "own_output_tokens": int(out),
+        "own_cost": float(cost),
+        "iterations": int(iterations),
+        "restarts": int(restarts),
+        "breadcrumb": crumb,
+    }
