@@ -218,3 +218,21 @@ async def test_examples_are_searched_and_rated(mem: stead.AgentSystem) -> None:
     assert [e.input for e in found][:1] == ["refund an order"]
     rated = await m.search_examples("", agent="support", strategy="priority")
     assert [e.rating for e in rated] == [0.9, 0.4]
+
+
+async def test_changing_the_embedder_re_embeds_lazily_and_expiry_is_audited(db_url: str) -> None:
+    import time
+
+    from tests.memory.conftest import open_memory as _open
+
+    async with _open(db_url, embedder=HashEmbedder(384)) as system:
+        await system.memory.add("Keeps bees on the roof.", user="u")
+        await system.memory.add("Old guess.", user="u", status="provisional", expires_at=time.time() - 1)
+    async with _open(db_url, embedder=HashEmbedder(64)) as system:  # another model: "hash-64"
+        found = await system.memory.search("bees roof", user="u", lists=["vector"])
+        assert [n.text for n in found] == ["Keeps bees on the roof."]
+        async with system.store.transaction() as tx:
+            models = sorted(r[0] for r in await tx.fetch("SELECT model FROM memory_vectors"))
+        assert models == ["hash-384", "hash-384", "hash-64"]  # the archived (expired) note is not re-embedded
+        assert [e.event for e in await system.memory.events()][-1] == "expired"
+        assert [n.status for n in await system.memory.notes() if n.text == "Old guess."] == ["archived"]
