@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 30
 
 
-async def run_and_kill(db: Path, mode: str, until: str) -> list[str]:
-    """Start the child, read its markers until one starts with `until`, SIGKILL it. Returns the markers."""
+async def run_and_kill(db: Path, mode: str, until: str, worker: Path | None = None) -> list[str]:
+    """Start the child (`worker`, default tests/kill_worker.py), read its markers until one starts with
+    `until`, SIGKILL it. Returns the markers."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "tests" / "kill_worker.py"),
+        str(worker or ROOT / "tests" / "kill_worker.py"),
         str(db),
         mode,
         cwd=ROOT,

@@ -41,7 +41,7 @@ def responder(request: stead.ProviderRequest) -> Any:
 
 def test_outcome_is_a_str_enum() -> None:
     assert isinstance(Outcome.COMPLETED, str)
-    assert [o.value for o in Outcome] == ["completed", "failed", "cancelled"]
+    assert [o.value for o in Outcome] == ["completed", "failed", "cancelled", "awaiting_input"]
     assert Outcome("cancelled") is Outcome.CANCELLED
     assert stead.Outcome is Outcome
 

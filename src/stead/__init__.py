@@ -17,6 +17,7 @@ Package layout (each layer depends only on those above it in this list; docs/arc
 
 import inspect as _inspect
 
+from stead._approvals import Approval, Decision
 from stead._changes import RuntimeChange
 from stead._open import open
 from stead._runs import Run, Step
@@ -24,6 +25,8 @@ from stead.agent import Acceptance, Agent, Input
 from stead.core.config import RetryPolicy
 from stead.core.events import (
     Activated,
+    ApprovalDecided,
+    ApprovalRequested,
     BlockReset,
     Event,
     MessageConsumed,
@@ -77,6 +80,9 @@ __all__ = [
     "AgentInfo",
     "AgentNotFound",
     "AgentSystem",
+    "Approval",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Block",
     "BlockEnd",
     "BlockReset",
@@ -84,6 +90,7 @@ __all__ = [
     "CloseFromInside",
     "Closed",
     "ConfigurationError",
+    "Decision",
     "DefinitionError",
     "Done",
     "Event",

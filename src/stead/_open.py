@@ -48,6 +48,8 @@ async def open(
     clock: Callable[[], float] | None = None,
     readonly: bool = False,
     memory: bool | MemoryConfig = False,
+    approvals: bool | None = None,
+    mcp: Sequence[Any] = (),
 ) -> AgentSystem:
     """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
     (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
@@ -73,7 +75,17 @@ async def open(
     The result can be awaited (`system = await stead.open(...)`) or used directly as an async context
     manager (`async with stead.open(...) as system:`), as aiosqlite's `connect`.
 
-    Hooks run in this order: run records, `hooks`, orchestration, memory, `plugins` (in order), tracing."""
+    `approvals=True` enforces permission modes on tool calls and keeps durable human approvals
+    (`stead.policy.PolicyPlugin`: `system.approvals()`, `system.approve(id)`, `system.reject(id)`); it is on
+    by default with `definitions=` (`approvals=False` turns it off), and a `PolicyPlugin` in `plugins` is
+    used instead of a new one.
+
+    `mcp=[...]` connects MCP servers (`stead.mcp.McpServer` declarations or dicts of the same keys: `name`,
+    `command`/`args`/`env` or `url`/`headers`, `allow`, `trust_annotations`) and registers their tools as
+    `SERVER__TOOL` (needs `stead[mcp]`); servers declared by definitions (`mcp:`) are added too.
+
+    Hooks run in this order: run records, `hooks`, orchestration, policy, memory, `plugins` (in order),
+    MCP, tracing."""
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     # built-in hook objects given directly become their plugins (which bring their tables)
     recorders = _instances(hook_list, "stead.observability.records", "RunRecorder")
@@ -106,12 +118,24 @@ async def open(
                 clock=clock,
             )
         )
+    want_policy = approvals if approvals is not None else definitions is not None
+    if want_policy and not any(p.name == "policy" for p in plugins):
+        from stead.policy import PolicyPlugin
+
+        ordered.append(PolicyPlugin())
     if memory is not False and not any(p.name == "memory" for p in plugins):
         from stead.memory import MemoryConfig as _MemoryConfig
         from stead.memory import MemoryPlugin
 
         ordered.append(MemoryPlugin(memory if isinstance(memory, _MemoryConfig) else None))
     ordered.extend(plugins)
+    servers = list(mcp)
+    if definitions is not None:
+        servers += [server for d in registry.values() for server in d.mcp]
+    if servers and not any(p.name == "mcp" for p in ordered):
+        from stead.mcp import McpPlugin
+
+        ordered.append(McpPlugin(servers))
     if (tracer_provider is not None or tracers) and not any(p.name == "tracing" for p in ordered):
         from stead.observability.plugin import TracingPlugin
 

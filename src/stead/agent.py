@@ -10,21 +10,33 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from stead._approvals import Approval, ApprovalSource, ApprovalStatus
 from stead._changes import CHANGES_KEY, RuntimeChange
 from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
 from stead.core.config import PERMISSION_MODES, AgentConfig
+from stead.core.decide import refuse_call, release_call
 from stead.core.events import Event, Settled
 from stead.core.outcome import Outcome
-from stead.core.results import RunResult, read_run_state
+from stead.core.results import RunResult, read_run_state, waiting_result
 from stead.core.runtime import AgentRuntime, Inbound
-from stead.errors import Closed, InvalidId, InvalidInput, RunFailed, RunNotFound
-from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, decode_block, encode_block
+from stead.errors import Closed, ConfigurationError, InvalidId, InvalidInput, RunFailed, RunNotFound
+from stead.messages import (
+    Block,
+    Message,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+    decode_block,
+    encode_block,
+)
 
 if TYPE_CHECKING:
     from stead._admission import Admission
@@ -59,9 +71,15 @@ class Input:
 class Agent:
     """A durable agent. Obtain one from `system.create(...)` or `system.get(id)`."""
 
-    def __init__(self, admission: Admission, runtime: AgentRuntime) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        runtime: AgentRuntime,
+        approval_source: Callable[[], ApprovalSource] | None = None,
+    ) -> None:
         self._admission = admission
         self._rt = runtime
+        self._approval_source = approval_source
 
     def __repr__(self) -> str:
         return f"<stead.Agent {self.id} name={self.name!r} active={self.active}>"
@@ -92,10 +110,11 @@ class Agent:
         return self._rt.active
 
     @property
-    def state(self) -> Literal["idle", "working", "blocked", "stopped"]:
-        """`idle`: nothing owed. `working`: work is owed and this process runs it. `blocked`: work is owed
-        but this process lacks its provider. `stopped`: work is owed but the agent was drained or closed
-        here; the next owner of the store runs it."""
+    def state(self) -> Literal["idle", "working", "waiting", "blocked", "stopped"]:
+        """`idle`: nothing owed. `working`: work is owed and this process runs it. `waiting`: work is owed
+        but nothing can happen before a decision on held tool calls (approvals; also a delegation whose
+        child waits so). `blocked`: work is owed but this process lacks its provider. `stopped`: work is
+        owed but the agent was drained or closed here; the next owner of the store runs it."""
         rt = self._rt
         if not rt.active:
             return "idle"
@@ -103,6 +122,8 @@ class Agent:
             return "blocked"
         if rt.draining or rt.closed:
             return "stopped"
+        if rt.state_waiting:
+            return "waiting"
         return "working"
 
     @property
@@ -180,7 +201,10 @@ class Agent:
         changes: Sequence[RuntimeChange] | None = None,
     ) -> RunResult:
         """Send a message and wait for the run that consumed it to settle; return that run's result
-        (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`).
+        (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`). A run that has nothing left to do but
+        wait for decisions on held tool calls returns with outcome `awaiting_input` (and the messages so
+        far); decide them (`system.approve` / `system.reject`) and call `run` again with the same `id` for
+        the rest.
 
         As durable as `send`: with an `id` that was accepted before — in this process or before a crash —
         nothing is sent again; the result is that of the run that consumed the earlier message (waiting
@@ -216,6 +240,12 @@ class Agent:
                     result = await self._run_result(acc.id)
                     if result is not None:
                         break
+                    if self.state == "waiting":
+                        # the run waits for decisions (or the message is queued behind one that does)
+                        result = await self._waiting_result(acc.id) or RunResult(
+                            "", Outcome.AWAITING_INPUT, "", [], Usage(0, 0), None, acc.id
+                        )
+                        break
                     why = rt.blocked or ("it is closed" if rt.closed else "it was drained")
                     raise Closed(f"agent {self.id} stopped before the run of message {acc.id} ended: {why}")
         finally:
@@ -239,6 +269,44 @@ class Agent:
                 "(a model change that reset the conversation removed its run)"
             )
         return state.result
+
+    async def _waiting_result(self, message_id: str) -> RunResult | None:
+        async with self._rt.env.store.transaction() as tx:
+            records = [json.loads(r) for r in await tx.load(self.id)]
+        return waiting_result(records, message_id)
+
+    # ------------------------------------------------------------------ held calls (approvals)
+    async def approvals(self, status: ApprovalStatus | None = "pending") -> list[Approval]:
+        """This agent's approvals (`status=None`: all), oldest first; needs an approvals plugin
+        (`stead.open(approvals=True)`)."""
+        return await self._approvals().approvals(status, agent_id=self.id)
+
+    def _approvals(self) -> ApprovalSource:
+        if self._approval_source is None:
+            raise ConfigurationError("approvals are off: open the system with approvals=True")
+        return self._approval_source()
+
+    async def release_call(
+        self,
+        call_id: str,
+        *,
+        arguments: dict[str, Any] | None = None,
+        note: str | None = None,
+        result_note: str | None = None,
+    ) -> bool:
+        """For plugins (a policy's approve): let a held call run, once, under its tool's flags —
+        with `arguments` instead of the model's when given (validate them first). Runs in the caller's
+        open transaction if there is one; wakes the agent after the commit. False when the call is not
+        held (decided before, aborted, unknown)."""
+        return await release_call(self._rt, call_id, arguments=arguments, note=note, result_note=result_note)
+
+    async def refuse_call(
+        self, call_id: str, output: str, *, decision: str = "rejected", note: str | None = None
+    ) -> bool:
+        """For plugins (a policy's reject or expiry): a held call gets the error result `output` in this
+        transaction (the caller's, if open) and never runs; `decision` names why. False when the call is
+        not held."""
+        return await refuse_call(self._rt, call_id, output, decision=decision, note=note)
 
     async def deliver(self, inputs: Sequence[Input]) -> list[Acceptance]:
         """Accept several messages in one transaction: all of them or none (A1)."""
@@ -313,11 +381,34 @@ class Agent:
         await self._rt.abort()
 
     async def wait_idle(self, timeout: float | None = None) -> None:
-        """Wait until nothing is owed (or the system stops running it). Raises `TimeoutError`."""
+        """Wait until nothing is owed, the agent has nothing left to do but wait for decisions on held
+        calls (`state == "waiting"`), or the system stops running it. Raises `TimeoutError`."""
         if timeout is None:
             await self._rt.wait_idle()
         else:
             await asyncio.wait_for(self._rt.wait_idle(), timeout)
+
+    async def wait_decided(self, timeout: float | None = None) -> None:
+        """While the agent is `waiting` (for decisions on held calls), wait until that changes: a decision,
+        an abort, a new message, or the system stops running it. Returns at once when not waiting. With
+        `agent.run`, which returns `awaiting_input` for such a run: `while (r := await agent.run(m, id=i))
+        .outcome is Outcome.AWAITING_INPUT: await agent.wait_decided()`. Raises `TimeoutError`."""
+        rt = self._rt
+        events = rt.subscribe()
+        try:
+
+            async def until() -> None:
+                while self.state == "waiting":
+                    ev = await events.get()
+                    if ev is None:
+                        return  # closed
+
+            if timeout is None:
+                await until()
+            else:
+                await asyncio.wait_for(until(), timeout)
+        finally:
+            rt.unsubscribe(events)
 
     async def history(self) -> list[Message]:
         """The conversation as stored (read from the store, not from memory)."""

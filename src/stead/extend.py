@@ -16,6 +16,7 @@ Daily-use names (`stead.Plugin`, `stead.Hooks`, …) are the same objects as her
 
 import inspect
 
+from stead._approvals import ApprovalSource
 from stead._plugin import (
     STEP_TYPE_KEY,
     DefinitionSource,
@@ -25,6 +26,7 @@ from stead._plugin import (
 )
 from stead._runs import RunReader
 from stead.core.config import AgentConfig
+from stead.core.gate import Gate
 from stead.core.hooks import HookContext, Hooks, ResponseInfo, RunContext
 from stead.observability.records import end_run, record_run, record_step, update_step
 from stead.store.base import AgentRow, Store, Tx
@@ -34,7 +36,9 @@ __all__ = [
     "STEP_TYPE_KEY",
     "AgentConfig",
     "AgentRow",
+    "ApprovalSource",
     "DefinitionSource",
+    "Gate",
     "HookContext",
     "Hooks",
     "IncomingMessage",

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any, ClassVar, ParamSpec, cast
 
 from stead._admission import Admission
+from stead._approvals import Approval, ApprovalSource, ApprovalStatus, Decision
 from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import (
     DefinitionSource,
@@ -187,7 +188,7 @@ class AgentSystem:
         """The agent if it is loaded in this process (no I/O; None otherwise). For hooks, which must not
         block: `system.get` reads the store."""
         rt = self._runtimes.get(agent_id)
-        return None if rt is None else Agent(self.admission, rt)
+        return None if rt is None else Agent(self.admission, rt, self._approval_source)
 
     def _check_open(self) -> None:
         self.admission.check_open()
@@ -270,7 +271,7 @@ class AgentSystem:
                 raise InvalidInput(f"an agent with id {aid} already exists")
         rt = AgentRuntime(aid, config, self._env)
         self._runtimes[aid] = rt
-        return Agent(self.admission, rt)
+        return Agent(self.admission, rt, self._approval_source)
 
     def _definition_source(self) -> DefinitionSource:
         for p in self._plugins:
@@ -329,7 +330,7 @@ class AgentSystem:
                     rt._settings = json.loads(settings)
                 if resume and pending is not None and not self.closing:
                     rt.restore(pending)
-        return Agent(self.admission, rt)
+        return Agent(self.admission, rt, self._approval_source)
 
     @property
     def closing(self) -> bool:
@@ -463,6 +464,52 @@ class AgentSystem:
     async def run(self, run_id: str) -> Run:
         """One recorded run with its steps and child runs (recursively); raises `stead.RunNotFound`."""
         return await self._run_reader().run(run_id)
+
+    # ------------------------------------------------------------------ approvals (docs/approvals.md)
+    def _approval_source(self) -> ApprovalSource:
+        for p in self._plugins:
+            if isinstance(p, ApprovalSource):
+                return p
+        raise ConfigurationError("approvals are off: open the system with approvals=True")
+
+    async def approvals(
+        self,
+        status: ApprovalStatus | None = "pending",
+        agent_id: str | None = None,
+        root_run_id: str | None = None,
+    ) -> list[Approval]:
+        """Approvals, oldest first: `status=None` lists every status; `agent_id` one agent's;
+        `root_run_id` everything a root run waits on (its sub-agents' approvals included)."""
+        return await self._approval_source().approvals(status, agent_id=agent_id, root_run_id=root_run_id)
+
+    async def approval(self, approval_id: str) -> Approval:
+        """One approval; raises `stead.NotFound`."""
+        return await self._approval_source().approval(approval_id)
+
+    async def approve(
+        self,
+        approval_id: str,
+        note: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        *,
+        decided_by: str | None = None,
+    ) -> Decision:
+        """Approve: the call runs once, under its tool's own flags — with `arguments` instead of the
+        model's when given (validated against the tool's schema first: `stead.InvalidInput`, nothing
+        written). The first decision wins: a repeated or different later decision returns the stored one
+        with `decided=False`."""
+        self._check_writable()
+        return await self._approval_source().approve(
+            approval_id, note=note, arguments=arguments, decided_by=decided_by
+        )
+
+    async def reject(
+        self, approval_id: str, note: str | None = None, *, decided_by: str | None = None
+    ) -> Decision:
+        """Reject: the call never runs; its error result "rejected by reviewer: NOTE" commits with the
+        decision. The first decision wins (see `approve`)."""
+        self._check_writable()
+        return await self._approval_source().reject(approval_id, note=note, decided_by=decided_by)
 
 
 def _register_tools(into: dict[str, Tool], tools: Iterable[Tool | Callable[..., Any]]) -> None:

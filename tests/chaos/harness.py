@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 WORKER = Path(__file__).resolve().parent / "worker.py"
 
 N_AGENTS = 3
-TOOL_NAMES = ["plain_op", "durable_op", "tx_op", "recon_op"]
+TOOL_NAMES = ["plain_op", "durable_op", "tx_op", "recon_op", "gated_op"]
 RETRY = stead.RetryPolicy(max_attempts=3, base_delay=0.005, max_delay=0.02)
 IDLE_TIMEOUT = 30.0
 Emit = Callable[[str], None]
@@ -66,7 +66,7 @@ def replay_command(seed: int, flaky: bool = False) -> str:
 # ====================================================================================== the plan
 @dataclass
 class Op:
-    """One driver action. kind: send | steer | deliver | abort | invalid | sleep."""
+    """One driver action. kind: send | steer | deliver | abort | invalid | sleep | decide."""
 
     kind: str
     agent: int = 0
@@ -149,8 +149,10 @@ def make_plan(seed: int) -> Plan:
                 elif r < 0.72 and used[a]:
                     mid = rng.choice(used[a])  # a repeated id sent on its own
                     ops.append(Op(rng.choice(["send", "steer"]), a, [(mid, "send", f"{mid} :: again")]))
-                elif r < 0.8:
+                elif r < 0.77:
                     ops.append(Op("abort", a))
+                elif r < 0.8:
+                    ops.append(Op("decide", a))  # approve or reject the agent's pending approvals
                 elif r < 0.86:
                     mid = f"x{inc}t{t}k{counter}"  # refused: empty content (never written)
                     counter += 1
@@ -253,7 +255,22 @@ async def _reconcile(ctx: stead.ToolContext) -> Any:
     return stead.IN_DOUBT
 
 
-TOOLS = [plain_op, durable_op, tx_op, recon_op]
+@stead.tool(effects="write", destructive=True)
+async def gated_op(ms: int, ctx: stead.ToolContext) -> str:
+    "An at-most-once effect the policy holds for a human's approval (destructive, in auto mode)."
+    World.emit(f"TOOL gated_op {ctx.call_id}")
+    await asyncio.sleep(ms / 2000)
+    log_effect(ctx, "gated_op")
+    await asyncio.sleep(ms / 2000)
+    return "gated_op done"
+
+
+TOOLS = [plain_op, durable_op, tx_op, recon_op, gated_op]
+
+
+def approves(approval: stead.Approval) -> bool:
+    """The driver's decision on an approval (deterministic in its call id): two in three are approved."""
+    return sum(map(ord, approval.call_id)) % 3 != 0
 
 
 def _parse_step(step: str) -> tuple[str, int, int, str]:
@@ -344,6 +361,7 @@ async def open_system(db: Path, faults: stead.store.Faults | None = None) -> ste
         hooks=Ledger(),
         retry=RETRY,
         faults=faults,
+        approvals=True,  # gated_op waits for decisions (the driver's `decide` ops, the final incarnation)
     )
 
 
@@ -378,7 +396,38 @@ async def ensure_agents(system: stead.AgentSystem, plan: Plan) -> list[stead.Age
 
 
 # ====================================================================================== one incarnation
-async def drive(agents: list[stead.Agent], tasks: list[list[Op]], emit: Emit) -> None:
+async def decide(system: stead.AgentSystem, agent: stead.Agent, emit: Emit) -> int:
+    """Decide every pending approval of `agent` (`approves`); returns how many this call decided."""
+    n = 0
+    for approval in await _retry_store(agent.approvals):
+        yes = approves(approval)
+
+        async def one(approval: stead.Approval = approval, yes: bool = yes) -> stead.Decision:
+            if yes:
+                return await system.approve(approval.id, note="chaos")
+            return await system.reject(approval.id, note="chaos")
+
+        decision = await _retry_store(one)
+        emit(f"DECIDED {approval.call_id} {decision.status} {int(decision.decided)}")
+        n += decision.decided
+    return n
+
+
+async def decide_until_settled(system: stead.AgentSystem, agents: list[stead.Agent], emit: Emit) -> None:
+    """Wait until no agent has anything to do but wait for a decision, decide, repeat (bounded)."""
+    for _ in range(50):
+        await asyncio.wait_for(asyncio.gather(*(a.wait_idle() for a in agents)), IDLE_TIMEOUT)
+        waiting = [a for a in agents if a.state == "waiting"]
+        if not waiting:
+            return
+        for agent in waiting:
+            await decide(system, agent, emit)
+    emit("VIOLATION agents kept waiting for approvals after 50 rounds of decisions")
+
+
+async def drive(
+    agents: list[stead.Agent], tasks: list[list[Op]], emit: Emit, system: stead.AgentSystem | None = None
+) -> None:
     """Run the driver tasks concurrently. Markers: SEND before, ACC/REF after each acceptance."""
 
     async def one(ops: list[Op]) -> None:
@@ -387,6 +436,10 @@ async def drive(agents: list[stead.Agent], tasks: list[list[Op]], emit: Emit) ->
             a = op.agent
             if op.kind == "sleep":
                 await asyncio.sleep(op.delay)
+                continue
+            if op.kind == "decide":
+                if system is not None:
+                    await decide(system, agent, emit)
                 continue
             if op.kind == "abort":
                 emit(f"ABORT {a}")
@@ -465,13 +518,15 @@ async def incarnation(db: Path, seed: int, inc: int, final: bool, emit: Emit) ->
     agents = await ensure_agents(system, plan)
     emit("READY")
     if not final:
-        await drive(agents, plan.incarnations[inc - 1], emit)
+        await drive(agents, plan.incarnations[inc - 1], emit, system)
         emit("WORKDONE")
     else:
         await drive(
             agents, [[Op("send", j, [(f"fin{j}", "send", f"fin{j} :: T")])] for j in range(N_AGENTS)], emit
         )
     try:
+        if final:
+            await decide_until_settled(system, agents, emit)  # every held call decided: everything settles
         await asyncio.wait_for(asyncio.gather(*(a.wait_idle() for a in agents)), IDLE_TIMEOUT)
     except TimeoutError:
         stuck = describe_stuck(agents)
@@ -682,7 +737,7 @@ def check_final(
             out.append(f"effect of call {cid} ({runs}) whose call is not in any history (call id not kept)")
             continue
         name = runs[0][1]
-        if name in ("plain_op", "recon_op") and len(runs) > 1:
+        if name in ("plain_op", "recon_op", "gated_op") and len(runs) > 1:
             out.append(f"non-durable call {cid} ({name}) ran {len(runs)} times: {runs}")
         if name == "durable_op" and len({k for _, _, k in runs}) != 1:
             out.append(f"durable call {cid} lost its idempotency key: {runs}")
@@ -697,11 +752,14 @@ def check_final(
                 out.append(f"call {cid} ran twice in incarnation {done_inc}: {runs}")
     for cid, result in all_results.items():
         n = len(by_call.get(cid, []))
-        if result.output in ("plain_op done", "recon_op done", "recon_op done (reconciled)") and n != 1:
+        once = ("plain_op done", "recon_op done", "recon_op done (reconciled)", "gated_op done")
+        if result.output in once and n != 1:
             out.append(f"call {cid} answered {result.output!r} but its effect ran {n} times")
+        if result.output.startswith(("rejected by reviewer", "Rejected: the user sent", "Cancelled:")) and n:
+            out.append(f"call {cid} was never approved ({result.output!r}) but its effect ran {n} times")
         if result.output == "durable_op done" and n < 1:
             out.append(f"call {cid} answered 'durable_op done' but never ran")
-        if result.output == IN_DOUBT_TEXT and all_calls[cid].name not in ("plain_op", "recon_op"):
+        if result.output == IN_DOUBT_TEXT and all_calls[cid].name not in ("plain_op", "recon_op", "gated_op"):
             out.append(f"call {cid} of {all_calls[cid].name} was left in doubt")
     return out + markers.violations
 
@@ -851,6 +909,8 @@ def _stats(snap: Snapshot, effects: list[tuple[int, str, str, str, str]], marker
         c["calls"] += len(calls)
         c["in_doubt"] += sum(1 for r in results if r.output == IN_DOUBT_TEXT)
         c["aborted_calls"] += sum(1 for r in results if r.output.startswith("Aborted"))
+        c["approved_ran"] += sum(1 for r in results if r.output == "gated_op done")
+        c["rejected"] += sum(1 for r in results if r.output.startswith(("rejected by", "Rejected: the user")))
         c["failed_turns"] += sum(1 for r in recs if r["k"] == "s")
     c["effects"] += len(effects)
     c["reran"] += len(effects) - len({e[3] for e in effects})
@@ -880,7 +940,7 @@ async def run_flaky_seed(seed: int, workdir: Path | None = None) -> SeedResult:
         try:
             agents = await ensure_agents(system, plan)
             tasks = [ops for inc in plan.incarnations for ops in inc]
-            await drive(agents, tasks, World.emit)
+            await drive(agents, tasks, World.emit, system)
             for j, agent in enumerate(agents):  # the final message, until it is accepted
                 mid = f"fin{j}"
                 World.emit(f"SEND {j} {mid}")
@@ -891,6 +951,7 @@ async def run_flaky_seed(seed: int, workdir: Path | None = None) -> SeedResult:
                 acc = await _retry_store(final_send)
                 World.emit(f"ACC {j} {acc.id} {int(acc.created)}")
             try:
+                await decide_until_settled(system, agents, World.emit)
                 await asyncio.wait_for(asyncio.gather(*(a.wait_idle() for a in agents)), IDLE_TIMEOUT)
             except TimeoutError:
                 violations.append(

@@ -245,12 +245,10 @@ async def test_M6_write_after_an_external_tool_result_is_tainted_and_not_injecte
 
 
 async def test_M6_a_read_only_tool_does_not_taint(db_url: str) -> None:
-    @stead.tool
+    @stead.tool(effects="read")
     async def clock() -> str:
         "What time it is."
         return "12:00"
-
-    clock.effects = "read"  # type: ignore[attr-defined]  # (the approvals layer adds `effects=` to @tool)
 
     def respond(request: stead.ProviderRequest) -> list[stead.Block]:
         done = sum(len(m.content) for m in request.messages if m.role == "tool")

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text as RichText
 
 import stead
+from stead.cli._approvals import approvals_app, print_waiting
 from stead.cli._chat import chat
 from stead.cli._common import (
     DEFAULT_DB,
@@ -49,7 +50,10 @@ from stead.cli._source import (
 )
 from stead.cli._talk import talk as _talk_command
 
-__all__ = ["app", "main"]
+__all__ = ["WAITING_EXIT", "app", "main"]
+
+WAITING_EXIT = 3
+"""`stead run`'s exit code when the agent stopped to wait for approvals (decide, then run it again)."""
 
 app = typer.Typer(
     name="stead",
@@ -122,6 +126,7 @@ async def _run(
             await stopper.until(agent.wait_idle())
             still_owed = agent.active
             settings = agent.settings
+            waiting = await agent.approvals() if agent.state == "waiting" else []
         finally:
             await system.close()  # drains; ends the event stream after every event already emitted
             if consumer is not None:
@@ -135,6 +140,10 @@ async def _run(
     if printer.failures:
         _note_agent(printer.err, agent.id)
         fail(f"the turn failed: {printer.failures[-1]}")
+    if waiting:  # the run is durable and waits for decisions: say how to give them, then how to continue
+        print_waiting(waiting, db)
+        _note_agent(printer.err, agent.id)
+        raise typer.Exit(WAITING_EXIT)
     if still_owed:
         _note_agent(printer.err, agent.id)
         fail(
@@ -258,6 +267,7 @@ app.command(name="serve", cls=SteadCommand, short_help="Serve agents over HTTP (
 app.command(name="talk", cls=SteadCommand, short_help="Talk with a realtime co-agent (text in, text out).")(
     _talk_command
 )
+app.add_typer(approvals_app, name="approvals", short_help="List, approve or reject held tool calls.")
 
 
 def main() -> None:

@@ -46,6 +46,8 @@ DOUBLE_CTRL_C = 2.0
 HELP = (
     "type a message and press Enter; while the agent works, a line steers it. "
     "/abort stops the current turn, /history and /runs show what happened, /exit (or Ctrl-D) leaves; "
+    "/approve [ID] [NOTE] and /reject [ID] [NOTE] decide held tool calls (all pending ones without ID; "
+    "typing a message instead rejects them); "
     "Ctrl-C aborts a turn, twice within 2 s exits."
 )
 
@@ -141,6 +143,11 @@ class _Chat:
 
     def _show(self, ev: stead.Event) -> None:
         self.printer.handle(ev)
+        if isinstance(ev, stead.ApprovalRequested):
+            self.note(
+                f"waiting for approval {ev.approval_id}: {ev.call.name} — {ev.reason} (/approve or /reject)",
+                "magenta",
+            )
         if isinstance(ev, stead.Done) and ev.reason == "cancelled":
             self.aborted = True
             self.note("(turn aborted)", "yellow")
@@ -182,11 +189,29 @@ class _Chat:
                 Console(highlight=False, soft_wrap=True).print(runs_table(found))
             else:
                 self.note("no runs yet")
+        elif name in ("/approve", "/reject"):
+            await self.decide(name == "/approve", line.split(maxsplit=1)[1:])
         elif name == "/help":
             self.note(HELP)
         else:
             self.note(f"unknown command {name}; /help lists them", "yellow")
         return False
+
+    async def decide(self, approve: bool, rest: list[str]) -> None:
+        """/approve or /reject: once the agent has nothing to do but wait, decide the named pending
+        approval (the first word of `rest`), or every pending one; the remaining text is the note."""
+        await self.agent.wait_idle()
+        pending = await self.agent.approvals()
+        words = rest[0].split(maxsplit=1) if rest else []
+        chosen = [a for a in pending if words and a.id == words[0]]
+        note = (words[1] if len(words) > 1 else None) if chosen else (rest[0] if rest else None)
+        for a in chosen or pending:
+            d = await (
+                self.system.approve(a.id, note=note) if approve else self.system.reject(a.id, note=note)
+            )
+            self.note(f"{d.status} {a.id}: {a.tool}" + ("" if d.decided else " (decided before)"), "magenta")
+        if not pending:
+            self.note("nothing waits for approval")
 
     def ctrl_c(self) -> bool:
         """Ctrl-C: abort a working turn; a second one within 2 s exits (True)."""

@@ -10,6 +10,13 @@ again with the same id; a `transactional` call had no effect (its transaction ne
 again; any other call is *in doubt* and gets an error result saying so — unless its tool has a `reconcile`
 hook that decides from durable evidence (T5).
 
+A layer above may gate calls at dispatch (`stead.core.gate`): a held call does not run until it is decided
+and the agent makes no provider request meanwhile; a refused call gets its error result in call order
+without running. In a batch with gated calls the calls that run still commit in call order among
+themselves, but a held call's result commits with its decision, so results of such a batch may follow call
+order only within each of those groups; the commit that answers the batch's last entry (whoever makes it)
+moves the pending record back to `inference`.
+
 A result longer than the tool's `max_result_chars` (or the agent's `max_tool_result_chars`, 100,000 by
 default) is cut in the conversation with a marker saying how much was cut; `tool_result_tx` hooks (the run
 record's tool step) get the full output.
@@ -24,20 +31,32 @@ from typing import Any
 from stead._ids import new_id
 from stead.core import records as R
 from stead.core.consume import consumption_published, write_consumption
-from stead.core.events import ToolFinished, ToolStarted
+from stead.core.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted
+from stead.core.gate import Gate, decode_gates, encode_entry
 from stead.core.records import Pending
 from stead.core.response import block_records, response_info
 from stead.core.state import AgentState, Turn
-from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_block, encode_usage
+from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_usage
 from stead.providers.base import BlockEnd, Done
 from stead.store.base import Tx
 from stead.tools._tool import IN_DOUBT, RUN_AGAIN, Tool, ToolArgumentError, render_output
 from stead.tools.context import CallKV, ToolContext
 
-__all__ = ["IN_DOUBT_TEXT", "Batch", "abort_batch", "cut_output", "decode_batch", "dispatch", "run_batch"]
+__all__ = [
+    "IN_DOUBT_TEXT",
+    "Batch",
+    "abort_batch",
+    "commit_result",
+    "cut_output",
+    "decode_batch",
+    "dispatch",
+    "run_batch",
+]
 
 Batch = list[tuple[str, ToolCall]]
 """The calls of a dispatched batch with their entry keys, in call order."""
+
+CANCELLED_TEXT = "Cancelled: the run was aborted while this call waited for a decision; it never ran."
 
 IN_DOUBT_TEXT = (
     "This call was interrupted (the process stopped while it ran) and was not retried, because the tool "
@@ -55,30 +74,43 @@ def decode_batch(entries: list[tuple[str, str]]) -> Batch:
     return out
 
 
-async def dispatch(st: AgentState, turn: Turn, reason: str) -> Batch:
-    """Commit the response's blocks and its batch in one transaction (T1); return the batch."""
+async def dispatch(st: AgentState, turn: Turn, reason: str) -> tuple[Batch, dict[str, Gate]]:
+    """Commit the response's blocks and its batch in one transaction (T1); return the batch and the gates
+    the `gate_call_tx` hooks put on its calls (`stead.core.gate`)."""
     blocks = list(turn.held)
     calls = list(turn.calls)
     batch: Batch = [(R.tool_key(i, call.id or ""), call) for i, call in enumerate(calls)]
     hooks = st.hooks
+    gates: dict[str, Gate] = {}
     async with st.env.store.transaction() as tx:
         consumed = await write_consumption(st, tx, turn)
         recs = block_records(turn, blocks, turn.usage)
         await tx.append(st.id, [dumps(r) for r in recs])
-        for key, call in batch:
-            await tx.write(st.id, key, dumps(encode_block(call)))
         pending = turn.pending.but(stage="tools", turn_id=turn.inference_id, inference_id=turn.inference_id)
+        if hooks.wants("gate_call_tx"):
+            gate_ctx = st.hook_ctx(tx, pending, inference_id=turn.inference_id)
+            offered = st.offered_tools(pending)
+            for _, call in batch:
+                gate = await hooks.gate_call_tx(gate_ctx, call, _allowed_tool(st, call.name, offered))
+                if gate is not None and call.id:
+                    gates[call.id] = gate
+        for key, call in batch:
+            await tx.write(st.id, key, encode_entry(call, gates.get(call.id or "")))
         await tx.write(st.id, R.PENDING, pending.encode())
         if turn.usage is not None and not blocks:
             await tx.write(st.id, R.USAGE, dumps(encode_usage(turn.usage)))
+        held = [c for c in calls if c.id in gates and gates[c.id].held]
         want_blocks = bool(blocks) and hooks.wants("block_tx")
-        if want_blocks or hooks.wants("response_tx") or hooks.wants("tool_dispatched_tx"):
+        want_held = bool(held) and hooks.wants("awaiting_input_tx")
+        if want_blocks or want_held or hooks.wants("response_tx") or hooks.wants("tool_dispatched_tx"):
             ctx = st.hook_ctx(tx, pending, inference_id=turn.inference_id)
             if want_blocks:
                 for b in blocks:
                     await hooks.block_tx(ctx, b)
             await hooks.response_tx(ctx, response_info(turn, reason, None))
             await hooks.tool_dispatched_tx(ctx, calls)
+            if want_held:
+                await hooks.awaiting_input_tx(ctx, held)
 
         def published() -> None:
             consumption_published(st, turn)
@@ -91,11 +123,14 @@ async def dispatch(st: AgentState, turn: Turn, reason: str) -> Batch:
                 for b in blocks:
                     st.emit(BlockEnd(b))
                 st.emit(Done("tool_call", usage=turn.usage, inference_id=turn.inference_id))
+                for c in held:
+                    g = gates[c.id or ""]
+                    st.emit(ApprovalRequested(c, g.ref, g.text, pending.run_id))
 
         tx.after_commit(published)
     turn.held.clear()
     turn.calls.clear()
-    return batch
+    return batch, gates
 
 
 def _allowed_tool(st: AgentState, name: str, offered: list[str]) -> Tool | None:
@@ -104,11 +139,23 @@ def _allowed_tool(st: AgentState, name: str, offered: list[str]) -> Tool | None:
     return st.env.tools.get(name)
 
 
-async def run_batch(st: AgentState, pending: Pending, batch: Batch) -> None:
-    """Run the unfinished calls of the dispatched batch and commit their results in call order."""
+async def run_batch(
+    st: AgentState, pending: Pending, batch: Batch, gates: dict[str, Gate] | None = None
+) -> None:
+    """Run the unfinished calls of the dispatched batch and commit their results in call order. Held calls
+    (`gates`) are skipped; refused ones get their error result in order without running; approved ones are
+    claimed (one commit) and run once."""
+    gates = gates or {}
+    if gates:
+        batch = [(k, c) for k, c in batch if not (c.id in gates and gates[c.id].held)]
+        await _claim_approved(st, batch, gates)
     offered = st.offered_tools(pending)
     sem = asyncio.Semaphore(max(1, st.config.max_tool_concurrency))
     tools = [_allowed_tool(st, call.name, offered) for _, call in batch]
+    for _, call in batch:
+        gate = gates.get(call.id or "")
+        if gate is not None and gate.state == "deny" and call.id not in st.outcomes:
+            st.outcomes[call.id or ""] = ToolResult(call.id or "", gate.text, True)
     if len(batch) == 1:
         # a single call runs inline, without a task (an abort cancels the loop task and with it the call)
         (_, call), tool = batch[0], tools[0]
@@ -127,15 +174,36 @@ async def run_batch(st: AgentState, pending: Pending, batch: Batch) -> None:
     last_index = len(batch) - 1
     for index, ((key, call), tool) in enumerate(zip(batch, tools, strict=True)):
         cid = call.id or ""
-        last = index == last_index
+        # with gated calls, whether this commit answers the batch's last entry is read in its transaction
+        last: bool | None = None if gates else index == last_index
+        note = gates[cid].note if cid in gates else None
         if tool is not None and tool.transactional and cid not in st.outcomes:
-            await _commit_result(st, pending, key, call, None, last, tool)
+            await commit_result(st, pending, key, call, None, last, tool, note=note)
             continue
         result = st.outcomes.get(cid)
         if result is None:
             result = await st.running[cid]
             st.outcomes[cid] = result
-        await _commit_result(st, pending, key, call, result, last, tool)
+        await commit_result(st, pending, key, call, result, last, tool, note=note)
+
+
+async def _claim_approved(st: AgentState, batch: Batch, gates: dict[str, Gate]) -> None:
+    """Approved calls that have not started (`go`) become ordinary unfinished calls of this process (`run`)
+    in one commit before any of them runs, so a crash from here on finds them started (T5 applies)."""
+    claim = [(k, c) for k, c in batch if c.id in gates and gates[c.id].state == "go"]
+    if not claim:
+        return
+    async with st.env.store.transaction() as tx:
+        for key, call in claim:
+            await tx.write(st.id, key, encode_entry(call, gates[call.id or ""].but(state="run")))
+
+        def published() -> None:
+            for _, call in claim:
+                cid = call.id or ""
+                st.dispatched_here.add(cid)
+                gates[cid] = gates[cid].but(state="run")
+
+        tx.after_commit(published)
 
 
 def _context(st: AgentState, pending: Pending, call: ToolCall, resumed: bool) -> ToolContext:
@@ -155,6 +223,7 @@ def _context(st: AgentState, pending: Pending, call: ToolCall, resumed: bool) ->
         extra=st.config.extra,
         user=pending.user,
         tenant=pending.tenant,
+        on_awaiting_input=lambda waiting: st.call_awaits_input(call.id or "", waiting),
     )
 
 
@@ -220,7 +289,14 @@ async def _execute(
         if early is not None:
             return early
         assert tool is not None and ctx is not None
-        return await _invoke(st, call, tool, ctx, args)
+        cid = call.id or ""
+        st.executing.add(cid)
+        try:
+            return await _invoke(st, call, tool, ctx, args)
+        finally:
+            st.executing.discard(cid)
+            if cid in st.awaiting_calls:
+                st.call_awaits_input(cid, False)
 
 
 def cut_output(result: ToolResult, limit: int) -> ToolResult:
@@ -234,17 +310,25 @@ def cut_output(result: ToolResult, limit: int) -> ToolResult:
     return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error)
 
 
-async def _commit_result(
+async def commit_result(
     st: AgentState,
     pending: Pending,
     key: str,
     call: ToolCall,
     result: ToolResult | None,
-    last: bool,
+    last: bool | None,
     tool: Tool | None,
-) -> None:
-    """T3: claim the call (delete its entry), append its result, erase its KV — one transaction. A
-    transactional tool runs inside this transaction, in a savepoint that rolls back its writes if it fails."""
+    *,
+    note: str | None = None,
+    track: bool = True,
+) -> bool:
+    """T3: claim the call (delete its entry), append its result, erase its KV — one transaction (the
+    caller's, if it has one open). A transactional tool runs inside this transaction, in a savepoint that
+    rolls back its writes if it fails. `last`: whether this answers the batch's last entry (None: read it
+    here, for batches with gated calls). `note` starts the result (a reviewer's edit). `track=False`: this
+    process does not run the agent (a decision made by a process that did not resume it), so the mirror's
+    pending record is left alone. Returns whether this commit answered the call (False: it was answered
+    before — the first committed result wins)."""
     assert call.id is not None
     cid = call.id
     prepared: Any = None
@@ -256,7 +340,11 @@ async def _commit_result(
             assert tool is not None
             result = await _run_transactional(st, pending, call, tool, tx, prepared)
         if not await tx.delete(st.id, key):
-            return  # already answered: the first committed result wins
+            return False  # already answered: the first committed result wins
+        if note:
+            result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error)
+        if last is None:
+            last = await tx.last_key(st.id, R.TOOL) is None
         limit = tool.max_result_chars if tool is not None and tool.max_result_chars is not None else None
         kept = cut_output(result, limit if limit is not None else st.config.max_tool_result_chars)
         rec = R.result_record(kept)
@@ -281,12 +369,13 @@ async def _commit_result(
             kv = st.call_kvs.pop(cid, None)
             if kv is not None:
                 kv.closed = True
-            if new_pending is not None:
+            if new_pending is not None and track:
                 st.pending = new_pending
             if st.listening:
                 st.emit(ToolFinished(kept))
 
         tx.after_commit(published)
+    return True
 
 
 async def _run_prepare(
@@ -337,11 +426,22 @@ async def abort_batch(st: AgentState, tx: Tx) -> list[dict[str, Any]]:
     """Inside `tx`: every unanswered call of the dispatched batch gets an aborted error result (X1)."""
     recs: list[dict[str, Any]] = []
     results: list[ToolResult] = []
-    for key, call in decode_batch(await tx.read_prefix(st.id, R.TOOL)):
+    entries = await tx.read_prefix(st.id, R.TOOL)
+    gates = decode_gates(entries)
+    decided: list[tuple[str, Gate]] = []
+    for key, call in decode_batch(entries):
         cid = call.id or ""
         await tx.delete(st.id, key)
         await tx.delete_prefix(st.id, f"{R.CALL_KV}{cid}.")
-        result = ToolResult(cid, "Aborted: the run was cancelled before this call finished.", True)
+        gate = gates.get(cid)
+        if gate is not None and gate.held:
+            # X1: a call waiting for a decision is cancelled with the run (it never started)
+            result = ToolResult(cid, CANCELLED_TEXT, True)
+            if st.hooks.wants("call_decided_tx"):
+                await st.hooks.call_decided_tx(st.hook_ctx(tx), call, "cancelled", None)
+            decided.append((cid, gate))
+        else:
+            result = ToolResult(cid, "Aborted: the run was cancelled before this call finished.", True)
         results.append(result)
         recs.append(R.result_record(result))
     if recs:
@@ -356,6 +456,10 @@ async def abort_batch(st: AgentState, tx: Tx) -> list[dict[str, Any]]:
                 kv.closed = True
             if st.listening:
                 st.emit(ToolFinished(r))
+        if st.listening:
+            run_id = st.pending.run_id if st.pending is not None else ""
+            for cid, gate in decided:
+                st.emit(ApprovalDecided(cid, gate.ref, "cancelled", None, run_id))
 
     tx.after_commit(published)
     return recs

@@ -16,6 +16,8 @@ from stead.providers.base import BlockEnd, Done, ReasoningDelta, TextDelta, Usag
 
 __all__ = [
     "Activated",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "BlockReset",
     "Event",
     "MessageConsumed",
@@ -68,6 +70,31 @@ class Settled:
     type: Literal["settled"] = "settled"
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A call of the dispatched batch is held for a decision (after the batch committed). `approval_id` is
+    the deciding layer's id for it (`system.approve(approval_id)`); `reason` says why it asks."""
+
+    call: ToolCall
+    approval_id: str | None
+    reason: str
+    run_id: str
+    type: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """A held call was decided (after the decision committed): `decision` is `approved`, `rejected`,
+    `expired` or `cancelled`."""
+
+    call_id: str
+    approval_id: str | None
+    decision: str
+    note: str | None
+    run_id: str
+    type: Literal["approval_decided"] = "approval_decided"
+
+
 Event: TypeAlias = (
     TextDelta
     | ReasoningDelta
@@ -80,4 +107,6 @@ Event: TypeAlias = (
     | ToolFinished
     | Activated
     | Settled
+    | ApprovalRequested
+    | ApprovalDecided
 )

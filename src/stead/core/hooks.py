@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from stead.core.events import Event
+from stead.core.gate import Gate
 from stead.core.outcome import Outcome
 from stead.messages import Message, ToolCall, ToolResult, Usage
 from stead.store.base import Store, Tx
+from stead.tools._tool import Tool
 
 __all__ = ["HookContext", "Hooks", "ResponseInfo", "RunContext"]
 
@@ -128,6 +130,25 @@ class Hooks:
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
         """A call's one result is being committed."""
 
+    async def gate_call_tx(self, ctx: HookContext, call: ToolCall, tool: Tool | None) -> Gate | None:
+        """A decision inside the transaction that dispatches the batch (T1), once per call, before its entry
+        is written: `Gate.ask(reason, ref)` holds the call for a decision, `Gate.deny(text)` refuses it,
+        None lets it run. `tool` is None for a call the run does not offer (it gets its T6 error result
+        anyway). `ctx.settings` are those the consuming turn made effective (the permission mode, C3). The
+        first non-None answer wins; a hook may write its own rows through `ctx.tx` (approval requests)."""
+        return None
+
+    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        """In the dispatch transaction, after `tool_dispatched_tx`: these calls of the batch are held for a
+        decision, so the run will wait (its status becomes `awaiting_input`)."""
+
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
+        """A held call was decided, inside the deciding transaction: `approved` (it will run), or
+        `rejected` / `expired` / `cancelled` (its error result commits in this transaction). Called for
+        decisions the kernel makes too: a steered message rejects held calls, an abort cancels them."""
+
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         """The active period ends: the pending record is being deleted. `ctx.outcome` says how the run
         ended; `error` is its failure (or "aborted") when it did not complete."""
@@ -182,6 +203,9 @@ HOOK_METHODS = (
     "response_tx",
     "tool_dispatched_tx",
     "tool_result_tx",
+    "gate_call_tx",
+    "awaiting_input_tx",
+    "call_decided_tx",
     "settled_tx",
     "agent_deleted_tx",
     "offered_tools",
@@ -216,6 +240,9 @@ class HookSet:
         self._response_tx = self._by["response_tx"]
         self._tool_dispatched_tx = self._by["tool_dispatched_tx"]
         self._tool_result_tx = self._by["tool_result_tx"]
+        self._gate_call_tx = self._by["gate_call_tx"]
+        self._awaiting_input_tx = self._by["awaiting_input_tx"]
+        self._call_decided_tx = self._by["call_decided_tx"]
         self._settled_tx = self._by["settled_tx"]
         self._agent_deleted_tx = self._by["agent_deleted_tx"]
         self._offered_tools = self._by["offered_tools"]
@@ -260,6 +287,23 @@ class HookSet:
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
         for h in self._tool_result_tx:
             await h.tool_result_tx(ctx, call, result)
+
+    async def gate_call_tx(self, ctx: HookContext, call: ToolCall, tool: Tool | None) -> Gate | None:
+        for h in self._gate_call_tx:
+            gate = await h.gate_call_tx(ctx, call, tool)
+            if gate is not None:
+                return gate
+        return None
+
+    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        for h in self._awaiting_input_tx:
+            await h.awaiting_input_tx(ctx, calls)
+
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
+        for h in self._call_decided_tx:
+            await h.call_decided_tx(ctx, call, decision, note)
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         for h in self._settled_tx:

@@ -124,10 +124,10 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
 
 async def _finish(st: AgentState, turn: Turn, reason: str) -> bool:
     if turn.calls:
-        batch = await dispatch(st, turn, reason)
+        batch, gates = await dispatch(st, turn, reason)
         # The batch is part of this turn, whose durable state was read at its start and has been
         # written by this task since: run it now instead of re-reading what was just committed.
-        await run_batch(st, turn.pending, batch)
+        await run_batch(st, turn.pending, batch, gates)
         return True
     return await commit_end(st, turn, results=[], note=None, settle=True, owe=False, reason=reason)
 

@@ -2,8 +2,9 @@
 
 The kernel decides the outcome at settlement and carries it on the `Settled` event, on the settle hooks
 (`HookContext.outcome`), and in the history's end-of-run record; records, tracing and delegation read it
-from there. More values will be added (`awaiting_input`): code that maps an outcome must not assume that
-these three are all.
+from there. `AWAITING_INPUT` is not an end: it is what `agent.run` returns (and run records show) for a run
+that has nothing left to do but wait for decisions on held tool calls (human approvals); the run goes on
+once they are decided. Code that maps an outcome must not assume that these values are all.
 """
 
 from __future__ import annotations
@@ -22,3 +23,5 @@ class Outcome(StrEnum):
     """The last turn failed (a provider error, a guardrail refusing the inference, ...)."""
     CANCELLED = "cancelled"
     """The run was aborted (`agent.abort()`)."""
+    AWAITING_INPUT = "awaiting_input"
+    """The run waits for decisions on held tool calls (approvals); it has not ended."""

@@ -19,7 +19,7 @@ from stead.core.records import build_messages
 from stead.messages import Message, Usage
 from stead.store.base import Tx
 
-__all__ = ["RunResult", "RunState", "read_run_state", "run_state"]
+__all__ = ["RunResult", "RunState", "read_run_state", "run_state", "waiting_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +98,20 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
 async def read_run_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:
     """`run_state` over the committed history of `agent_id`, read inside `tx`."""
     return run_state([json.loads(r) for r in await tx.load(agent_id)], message_id)
+
+
+def waiting_result(records: list[dict[str, Any]], message_id: str) -> RunResult | None:
+    """The result so far of the unsettled run that consumed `message_id`, with outcome `awaiting_input`
+    (the agent waits for decisions on held calls); None when that run settled or the message is unknown."""
+    state = run_state(records, message_id)
+    if state is None or state.result is not None:
+        return None
+    start = 0
+    for i, rec in enumerate(records):
+        if rec.get("k") == "e":
+            start = i + 1
+    messages = build_messages(records[start:])
+    text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
+    return RunResult(
+        state.run_id or "", Outcome.AWAITING_INPUT, text, messages, _usage(messages), None, message_id
+    )

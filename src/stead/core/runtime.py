@@ -12,7 +12,13 @@ Commits on the hot path (one user message, K tool round trips, a final answer â€
   final answer        consumption + blocks + usage + settlement (or reopen)      1   stead.core.response
 Below this module: inference turns (`inference`), tool batches (`batch`), the commits of a response
 (`response`), consumption (`consume`), settlement (`settle`), abort (`abort`), admission (`admission`),
-the agent's volatile state (`state`) and its mirror (`mirror`).
+the agent's volatile state (`state`) and its mirror (`mirror`), held calls (`gate`, `decide`).
+
+Waiting: when every unanswered call of the dispatched batch is held for a decision (`stead.core.gate`), the
+loop stops without a provider request and the agent is `waiting`: `wait_idle` returns, the pending record
+stays. A decision, a new message or an abort wakes it; a steered message rejects the held calls in its
+consumption transaction (`stead.core.decide`). An agent whose only running calls wait on something outside
+(a delegation whose child waits, `ToolContext.awaiting_input`) counts as waiting too.
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ import asyncio
 import json
 import logging
 
+from stead._ids import new_id
 from stead.core import records as R
 from stead.core.abort import after_abort
 from stead.core.admission import Inbound, accept
 from stead.core.batch import decode_batch, run_batch
 from stead.core.config import AgentConfig, Env
 from stead.core.consume import apply_settings, plan
+from stead.core.decide import reject_for_steer
 from stead.core.events import Activated, BlockReset
+from stead.core.gate import decode_gates
 from stead.core.hooks import RunContext
 from stead.core.inference import Retry, find_provider, inference
 from stead.core.outcome import Outcome
@@ -72,21 +81,49 @@ class AgentRuntime(AgentState):
         return self.draining or self.closed or self.blocked is not None
 
     def _set_idle(self) -> None:
-        if self._loop_task is None and self._accepting == 0 and (self.pending is None or self._stopped):
+        if self.idle:
             self._idle.set()
         else:
             self._idle.clear()
 
     @property
     def idle(self) -> bool:
-        """Nothing runs here: no loop, no acceptance in flight, and nothing owed (or stopped here)."""
-        return self._loop_task is None and self._accepting == 0 and (self.pending is None or self._stopped)
+        """Nothing runs here but waiting: no acceptance in flight, and no loop with nothing owed (or stopped
+        here), or the agent waits for decisions on held calls (or its running calls all wait on input)."""
+        if self._accepting:
+            return False
+        if self._loop_task is None:
+            return self.pending is None or self._stopped or self.waiting
+        return self.waiting_on_calls
+
+    @property
+    def waiting_on_calls(self) -> bool:
+        """The loop runs only calls that all wait for input from outside (`ToolContext.awaiting_input`)."""
+        return bool(self.executing) and self.executing <= self.awaiting_calls
+
+    def call_awaits_input(self, call_id: str, waiting: bool) -> None:
+        """A running call starts or stops waiting for input from outside (a delegated child's approval)."""
+        if waiting:
+            self.awaiting_calls.add(call_id)
+        else:
+            self.awaiting_calls.discard(call_id)
+        self._set_idle()
+
+    @property
+    def state_waiting(self) -> bool:
+        """Whether the agent has nothing left to do but wait for decisions."""
+        return (
+            self.pending is not None
+            and not self._stopped
+            and ((self._loop_task is None and self.waiting) or self.waiting_on_calls)
+        )
 
     # ------------------------------------------------------------------ the loop
     def wake(self) -> None:
         """Start the loop if work is owed and it is not running."""
         if self.blocked is not None and not self.draining and not self.closed:
             self.blocked = None  # new input may carry a provider this process has
+        self.waiting = False  # a decision or new input: the next stage looks again
         if self._loop_task is None and self.pending is not None and not self._stopped:
             self._idle.clear()
             self._loop_task = asyncio.get_running_loop().create_task(
@@ -149,14 +186,15 @@ class AgentRuntime(AgentState):
             self._loop_task = None
             self.turn = None
             self._set_idle()
-            if self.pending is not None and not self._stopped and not self.aborting:
-                # work was accepted after the loop decided to stop: never strand it
+            if self.pending is not None and not self._stopped and not self.aborting and not self.waiting:
+                # work was accepted (or a held call decided) after the loop decided to stop: never strand it
                 self.wake()
 
     async def _stage(self) -> bool:
         """Read durable state and run the next stage. Returns whether the loop should continue."""
         self.turn = None
         take: list[Queued] | None = []
+        steer_rejects = False
         async with self.env.store.transaction() as tx:
             pending = Pending.decode(await tx.get(self.id, R.PENDING))
             if pending is None:
@@ -173,19 +211,44 @@ class AgentRuntime(AgentState):
                 # R4: the run's context, as made durable by its first inference (here or before a restart)
                 raw_context = await tx.get(self.id, R.RUN_CONTEXT)
                 if raw_context is not None:
-                    found = RunContext.decode(json.loads(raw_context))
-                    tx.after_commit(lambda: self._publish_context(pending.run_id, found))
+                    found, run_id = RunContext.decode(json.loads(raw_context)), pending.run_id
+                    tx.after_commit(lambda: self._publish_context(run_id, found))
             if restored:
-                tx.after_commit(lambda: self._announce_restored(pending))
-            if pending.stage != "tools":
+                announced = pending
+                tx.after_commit(lambda: self._announce_restored(announced))
+            gates = decode_gates(entries) if entries else {}
+            if pending.stage == "tools" and not entries:
+                # every call was answered but the pending record still says tools (a decision raced the
+                # batch's last commit): continue with the inference the results are owed
+                inf = new_id()
+                pending = pending.but(stage="inference", turn_id=inf, inference_id=inf)
+                await tx.write(self.id, R.PENDING, pending.encode())
+                published = pending
+                tx.after_commit(lambda: setattr(self, "pending", published))
+                return True
+            if gates and all(call.id in gates and gates[call.id].held for _, call in decode_batch(entries)):
+                # nothing of the batch can run before a decision: no provider request (wait), unless a
+                # steered message came instead of a decision (it rejects the held calls)
+                take = plan(
+                    self, pending.but(inference_id=None), [q for q in queued if q.key.startswith(R.STEER)]
+                )
+                if not take:
+                    tx.after_commit(self._mark_waiting)
+                    return False
+                steer_rejects = True
+            elif pending.stage != "tools":
                 take = plan(self, pending, queued)
                 if take is None:
                     error = self.last_error
                     await settle_in(self, tx, pending, Outcome.FAILED if error else Outcome.COMPLETED, error)
                     return False
         self.pending = pending
+        if steer_rejects:
+            assert take
+            await reject_for_steer(self, pending, take)
+            return True
         if pending.stage == "tools":
-            await run_batch(self, pending, decode_batch(entries))
+            await run_batch(self, pending, decode_batch(entries), gates)
             return True
         if self.draining or take is None:
             return False  # X4: stop before the next provider request
@@ -198,6 +261,11 @@ class AgentRuntime(AgentState):
             return False
         self.blocked = None
         return await inference(self, pending, take)
+
+    def _mark_waiting(self) -> None:
+        """After the stage's read: every unanswered call is held; published while the store lock was held,
+        so a decision committed after this read always finds the flag set and wakes the agent."""
+        self.waiting = True
 
     def _announce_restored(self, pending: Pending) -> None:
         self.restored = False
@@ -220,6 +288,15 @@ class AgentRuntime(AgentState):
         queued and the agent settles. A no-op when idle."""
         loop_task = self._loop_task
         if loop_task is None or loop_task.done():
+            if self.waiting and self.pending is not None and not self._stopped:
+                # X1: a waiting agent has no loop to cancel: run the abort (it cancels the held calls)
+                self.aborting = True
+                self.waiting = False
+                self._loop_task = asyncio.get_running_loop().create_task(
+                    self._loop(), name=f"stead-agent-{self.id}"
+                )
+                self._idle.clear()
+                await asyncio.wait([self._loop_task])
             return
         if not self.aborting:
             self.aborting = True

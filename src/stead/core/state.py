@@ -79,6 +79,9 @@ class AgentState(Mirror):
         self.outcomes: dict[str, ToolResult] = {}
         self.running: dict[str, asyncio.Task[ToolResult]] = {}
         self.call_kvs: dict[str, CallKV] = {}
+        self.executing: set[str] = set()  # calls whose function runs now
+        self.awaiting_calls: set[str] = set()  # running calls that wait for input from outside
+        self.waiting = False  # every unanswered call of the batch is held for a decision
         self.background: set[asyncio.Task[None]] = set()
         # the durable run context (`stead.core.records.RUN_CONTEXT`) of run `context_run`, as committed
         self.context_run: str | None = None
@@ -88,6 +91,10 @@ class AgentState(Mirror):
 
     def wake(self) -> None:
         """Start the agent's loop if work is owed (the runtime implements it)."""
+        raise NotImplementedError
+
+    def call_awaits_input(self, call_id: str, waiting: bool) -> None:
+        """A running call starts or stops waiting for outside input (the runtime implements it)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ hooks

@@ -15,10 +15,18 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from stead.mcp._config import McpServer
 from stead.providers.base import Provider
 from stead.tools._tool import Tool
 
-__all__ = ["AgentDefinition", "Limits", "MemorySettings", "NarrationSettings", "RealtimeSettings"]
+__all__ = [
+    "AgentDefinition",
+    "Limits",
+    "MemorySettings",
+    "NarrationSettings",
+    "Permissions",
+    "RealtimeSettings",
+]
 
 _NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
@@ -80,6 +88,17 @@ class MemorySettings(BaseModel):
     write: bool = False
     sources: list[str] = Field(default_factory=list)
     """Names of retrieval sources given to `stead.open(memory=MemoryConfig(sources={...}))`."""
+
+
+class Permissions(BaseModel):
+    """Allow / ask / deny rules by tool name (shell patterns), over the permission-mode table: deny wins,
+    then ask, then allow (docs/approvals.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
 
 
 class NarrationSettings(BaseModel):
@@ -160,6 +179,10 @@ class AgentDefinition(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     memory: MemorySettings | None = None
     """Long-term memory settings (absent: the system's memory defaults, which give none by default)."""
+    permissions: Permissions = Field(default_factory=Permissions)
+    """Rules over the permission-mode policy for this agent's tool calls (docs/approvals.md)."""
+    mcp: list[McpServer] = Field(default_factory=list)
+    """MCP servers whose tools this agent is offered as `SERVER__TOOL` (docs/mcp.md)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
 

@@ -53,7 +53,7 @@ EXTERNAL = "external"
 def effects_of(t: Tool | None) -> str:
     """A tool's declared effects (`read`, `write`, `external`); a tool that declares none counts as
     external."""
-    return str(getattr(t, "effects", EXTERNAL) or EXTERNAL) if t is not None else EXTERNAL
+    return (t.effects or EXTERNAL) if t is not None else EXTERNAL
 
 
 def similarities(query: Sequence[float], vectors: list[list[float]]) -> list[float]:
@@ -282,7 +282,6 @@ def remember_tool(writer: Writer) -> Tool:
         """
         return await writer.remember(ctx, type, note, scope_hint)
 
-    t = tool(transactional=True)(remember)
+    t = tool(transactional=True, effects="write")(remember)  # memory's own write: it never taints the run
     t.prepare(writer.prepare)
-    setattr(t, "effects", "write")  # memory's own write: it never taints the run  # noqa: B010
     return t

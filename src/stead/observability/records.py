@@ -612,6 +612,36 @@ class RunRecorder(Hooks):
             ),
         )
 
+    # -- held calls (approvals) ------------------------------------------------------------------
+    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        """The waiting step: held calls' steps and their run show `awaiting_input` until decided."""
+        if ctx.tx is None or ctx.run_id is None:
+            return
+        for call in calls:
+            await ctx.tx.execute(
+                "UPDATE run_steps SET status = 'awaiting_input' WHERE run_id = ? AND id = ?",
+                (ctx.run_id, call.id),
+            )
+        await ctx.tx.execute("UPDATE runs SET status = 'awaiting_input' WHERE id = ?", (ctx.run_id,))
+
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
+        if ctx.tx is None or ctx.run_id is None:
+            return
+        status = (
+            "running" if decision == "approved" else ("cancelled" if decision == "cancelled" else "failed")
+        )
+        await ctx.tx.execute(
+            "UPDATE run_steps SET status = ? WHERE run_id = ? AND id = ? AND status = 'awaiting_input'",
+            (status, ctx.run_id, call.id),
+        )
+        await ctx.tx.execute(
+            "UPDATE runs SET status = 'running' WHERE id = ? AND status = 'awaiting_input' AND NOT EXISTS "
+            "(SELECT 1 FROM run_steps WHERE run_id = ? AND status = 'awaiting_input')",
+            (ctx.run_id, ctx.run_id),
+        )
+
     # -- settlement ------------------------------------------------------------------------------
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         tx, run_id = ctx.tx, ctx.run_id

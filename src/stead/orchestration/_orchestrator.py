@@ -28,6 +28,7 @@ from stead._ids import new_id
 from stead._plugin import STEP_TYPE_KEY, TraceContextSource
 from stead.core.config import AgentConfig
 from stead.core.outcome import Outcome
+from stead.core.results import RunResult
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import render_instructions
@@ -60,6 +61,8 @@ X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of 
 X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
 X_MEMORY = "stead.memory"  # the definition's `memory:` section (stead.memory.AgentMemory)
+X_PERMISSIONS = "stead.permissions"  # allow / ask / deny rules (stead.policy)
+X_MCP = "stead.mcp"  # the MCP servers whose tools the agent is offered (stead.mcp)
 
 PARENT_KEY = "stead.parent"
 
@@ -230,6 +233,11 @@ class Orchestrator:
             extra[X_MEMORY] = definition.memory.model_dump()  # read by the memory plugin
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
+        rules = definition.permissions.model_dump(exclude_defaults=True)
+        if rules:
+            extra[X_PERMISSIONS] = rules  # read by the policy plugin
+        if definition.mcp:
+            extra[X_MCP] = [server.name for server in definition.mcp]  # read by the MCP plugin
         return {
             "provider": provider,
             "model": model,
@@ -345,7 +353,7 @@ class Orchestrator:
                     metadata[CHANGES_KEY] = [c.encode() for c in changes]
                 # as durable as the delegation: the same message id after a crash returns the same child
                 # run's result instead of starting another
-                result = await child.run(content, id=message_id, metadata=metadata)
+                result = await _run_child(child, ctx, content, message_id, metadata)
             except Closed:
                 if child is not None and child.state == "blocked" and not system.closing:
                     raise DelegationError(
@@ -394,6 +402,25 @@ class Orchestrator:
             return await system.create(agent_id=child_id, **kwargs)
         except InvalidInput:  # created meanwhile (a concurrent re-execution): attach to it
             return await system.get(child_id)
+
+
+async def _run_child(
+    child: Agent, ctx: ToolContext, content: str, message_id: str, metadata: dict[str, Any]
+) -> RunResult:
+    """`child.run` under the parent's permission mode (a read_only parent delegates read_only). While the
+    child's run waits for decisions on held calls (human approvals), the delegating call says it waits for
+    input too — so the parent counts as waiting — until the child's state changes."""
+    while True:
+        result = await child.run(
+            content, id=message_id, metadata=metadata, permission_mode=ctx.permission_mode
+        )
+        if result.outcome is not Outcome.AWAITING_INPUT:
+            return result
+        ctx.awaiting_input(True)
+        try:
+            await child.wait_decided()
+        finally:
+            ctx.awaiting_input(False)
 
 
 RUN_CHANGES_KEY = "kv.r.stead.changes"

@@ -277,6 +277,9 @@ async def _outcome(child: Agent, d: Delegation) -> tuple[str, str] | None:
     crash; None when this process stopped running the child before it settled."""
     try:
         result = await child.run(d.request, id=d.message_id)
+        while result.outcome is Outcome.AWAITING_INPUT:  # the child waits for approvals: wait with it
+            await child.wait_decided()
+            result = await child.run(d.request, id=d.message_id)
     except Closed:
         return None
     except RunNotFound as e:

@@ -34,7 +34,7 @@ __all__ = [
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
 Id = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=128)]
-AgentState = Literal["idle", "working", "blocked", "stopped"]
+AgentState = Literal["idle", "working", "waiting", "blocked", "stopped"]
 
 
 class _In(BaseModel):

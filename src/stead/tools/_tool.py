@@ -17,6 +17,16 @@ Flags (T5):
 `max_result_chars=N`: a result longer than N characters is cut in the conversation (with a marker saying
 how much was cut); the run record's tool step keeps the full output. Default: the agent's
 `max_tool_result_chars` (100,000).
+
+What a tool touches (read by the policy layer, `stead.policy`, and by memory for taint):
+- `effects="read"` (reads only), `"write"` (changes the agent's own workspace), `"external"` (reaches the
+  outside world). A tool that declares nothing counts as `"external"`: fail closed.
+- `destructive=True`: the effect cannot be undone (deleting, overwriting, paying).
+- `approval="policy"` (the permission mode's table decides), `"always"` (ask a human in every mode that
+  allows the call at all), `"never"` (never ask: run wherever the mode allows it), or a callable
+  `approval(arguments) -> bool` (True: ask; False: do not). A callable that raises, or arguments that do
+  not validate, mean "ask" (fail closed).
+The kernel does not interpret these; without a policy plugin every tool runs as before.
 """
 
 from __future__ import annotations
@@ -34,7 +44,22 @@ from stead.errors import ConfigurationError, InvalidInput
 from stead.messages import dumps
 from stead.tools.context import ToolContext
 
-__all__ = ["IN_DOUBT", "RUN_AGAIN", "Reconciliation", "Tool", "ToolArgumentError", "tool"]
+__all__ = [
+    "EFFECTS",
+    "IN_DOUBT",
+    "RUN_AGAIN",
+    "ApprovalRule",
+    "Reconciliation",
+    "Tool",
+    "ToolArgumentError",
+    "tool",
+]
+
+EFFECTS = ("read", "write", "external")
+"""What a tool may touch, from least to most (`Tool.effects`)."""
+APPROVAL_MODES = ("policy", "always", "never")
+ApprovalRule: TypeAlias = str | Callable[[dict[str, Any]], bool]
+"""`Tool.approval`: "policy", "always", "never", or a callable of the validated arguments (True: ask)."""
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -75,6 +100,12 @@ class Tool:
     reconcile_fn: ReconcileFn | None = None
     prepare_fn: PrepareFn | None = None
     max_result_chars: int | None = None
+    effects: str = "external"
+    """`read`, `write` or `external` (the default: a tool that declares nothing fails closed)."""
+    destructive: bool = False
+    """The effect cannot be undone."""
+    approval: ApprovalRule = "policy"
+    """When a human must approve a call (see the module docstring)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form facts for higher layers (e.g. `stead.step_type`: how run records type its steps)."""
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
@@ -160,6 +191,9 @@ def tool(
     durable: bool = False,
     transactional: bool = False,
     max_result_chars: int | None = None,
+    effects: str = "external",
+    destructive: bool = False,
+    approval: ApprovalRule = "policy",
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -172,10 +206,15 @@ def tool(
     durable: bool = False,
     transactional: bool = False,
     max_result_chars: int | None = None,
+    effects: str = "external",
+    destructive: bool = False,
+    approval: ApprovalRule = "policy",
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a tool from a function: `@stead.tool` or `@stead.tool(durable=True)`.
+    """Make a tool from a function: `@stead.tool` or `@stead.tool(durable=True, effects="read")`.
 
-    A parameter annotated `stead.ToolContext` receives the call's context (call id, call-bound KV, ...)."""
+    A parameter annotated `stead.ToolContext` receives the call's context (call id, call-bound KV, ...).
+    `effects`, `destructive` and `approval` say what the tool touches and when a human must approve a call
+    (see the module docstring); a tool that declares nothing counts as `effects="external"`."""
 
     def build(f: Callable[..., Any]) -> Tool:
         t = _build(f, name=name, description=description, durable=durable, transactional=transactional)
@@ -183,11 +222,28 @@ def tool(
             if isinstance(max_result_chars, bool) or max_result_chars < 1:
                 raise ConfigurationError(f"tool {t.name!r}: max_result_chars must be a positive integer")
             t.max_result_chars = max_result_chars
+        check_declaration(t.name, effects, destructive, approval)
+        t.effects, t.destructive, t.approval = effects, destructive, approval
         return t
 
     if fn is not None:
         return build(fn)
     return build
+
+
+def check_declaration(name: str, effects: str, destructive: bool, approval: ApprovalRule) -> None:
+    """Refuse a declaration the policy could not read (when the tool is defined, not when it is called)."""
+    if effects not in EFFECTS:
+        raise ConfigurationError(
+            f"tool {name!r}: effects must be one of {', '.join(EFFECTS)}, not {effects!r}"
+        )
+    if not isinstance(destructive, bool):
+        raise ConfigurationError(f"tool {name!r}: destructive must be True or False")
+    if not callable(approval) and approval not in APPROVAL_MODES:
+        raise ConfigurationError(
+            f"tool {name!r}: approval must be one of {', '.join(APPROVAL_MODES)} or a callable, "
+            f"not {approval!r}"
+        )
 
 
 def _build(

@@ -79,6 +79,14 @@ class ToolContext:
     """The tenant of the run's first message."""
     prepared: Any = None
     """What the tool's `prepare` step returned (transactional tools; see `Tool.prepare`)."""
+    on_awaiting_input: Callable[[bool], None] | None = field(default=None, repr=False)
+
+    def awaiting_input(self, waiting: bool = True) -> None:
+        """Say that this call now waits for input from outside the agent (True) or no longer does (False):
+        a delegation whose child waits for a human approval. While every running call of the agent waits
+        so, the agent counts as waiting (`agent.state == "waiting"`, `wait_idle` returns)."""
+        if self.on_awaiting_input is not None:
+            self.on_awaiting_input(waiting)
 
     @property
     def tx(self) -> Tx | None:
