@@ -30,6 +30,7 @@ EXTEND = [
     "Migrations",
     "Plugin",
     "ResponseInfo",
+    "RunContext",
     "RunReader",
     "Store",
     "TraceContextSource",

@@ -22,6 +22,7 @@ from stead.tools._tool import Tool
 
 if TYPE_CHECKING:
     from stead.definitions import Registry
+    from stead.memory import MemoryConfig
     from stead.observability.records import RunRecorder
 
 __all__ = ["open"]
@@ -46,6 +47,7 @@ async def open(
     max_delegation_depth: int = 4,
     clock: Callable[[], float] | None = None,
     readonly: bool = False,
+    memory: bool | MemoryConfig = False,
     approvals: bool | None = None,
     mcp: Sequence[Any] = (),
 ) -> AgentSystem:
@@ -66,6 +68,10 @@ async def open(
     has committed (each read is a fresh read transaction); every write is refused with
     `stead.errors.ReadOnly`.
 
+    `memory=True` (or a `stead.memory.MemoryConfig`) adds long-term memory (`system.memory`): notes and
+    examples injected into agents' runs, searched lexically and semantically, and the guarded `remember`
+    tool for agents whose definition allows writes (docs/memory.md).
+
     The result can be awaited (`system = await stead.open(...)`) or used directly as an async context
     manager (`async with stead.open(...) as system:`), as aiosqlite's `connect`.
 
@@ -78,8 +84,8 @@ async def open(
     `command`/`args`/`env` or `url`/`headers`, `allow`, `trust_annotations`) and registers their tools as
     `SERVER__TOOL` (needs `stead[mcp]`); servers declared by definitions (`mcp:`) are added too.
 
-    Hooks run in this order: run records, `hooks`, orchestration, policy, `plugins` (in order), MCP,
-    tracing."""
+    Hooks run in this order: run records, `hooks`, orchestration, policy, memory, `plugins` (in order),
+    MCP, tracing."""
     hook_list: list[Hooks] = [] if hooks is None else ([hooks] if isinstance(hooks, Hooks) else list(hooks))
     # built-in hook objects given directly become their plugins (which bring their tables)
     recorders = _instances(hook_list, "stead.observability.records", "RunRecorder")
@@ -117,6 +123,11 @@ async def open(
         from stead.policy import PolicyPlugin
 
         ordered.append(PolicyPlugin())
+    if memory is not False and not any(p.name == "memory" for p in plugins):
+        from stead.memory import MemoryConfig as _MemoryConfig
+        from stead.memory import MemoryPlugin
+
+        ordered.append(MemoryPlugin(memory if isinstance(memory, _MemoryConfig) else None))
     ordered.extend(plugins)
     servers = list(mcp)
     if definitions is not None:

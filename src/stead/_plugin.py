@@ -34,6 +34,7 @@ __all__ = [
     "STEP_TYPE_KEY",
     "DefinitionSource",
     "IncomingMessage",
+    "MemorySource",
     "Migrations",
     "RealtimeSessionHandle",
     "RealtimeSource",
@@ -67,6 +68,9 @@ class IncomingMessage:
     settings: dict[str, Any]
     agent_extra: dict[str, Any] = field(default_factory=dict)
     """The agent's configuration extras (what higher layers stored at creation)."""
+    user: str | None = None
+    """Who sends the message (`agent.send(..., user=...)`), or None."""
+    tenant: str | None = None
 
 
 @runtime_checkable
@@ -84,6 +88,15 @@ class TraceContextSource(Protocol):
     work on behalf of a call (delegation) propagate it so the new spans nest under the call's span."""
 
     def traceparent_for_call(self, call_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class MemorySource(Protocol):
+    """A plugin that keeps agents' long-term memory: `system.memory` is its `memory` (the memory plugin's
+    `stead.memory.Memory`: notes and examples to add, search, list, promote, archive and delete)."""
+
+    @property
+    def memory(self) -> Any: ...
 
 
 @runtime_checkable

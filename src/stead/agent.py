@@ -74,6 +74,9 @@ class Input:
     role: Literal["user", "system"] = "user"
     metadata: dict[str, Any] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    user: str | None = None
+    """Who sends it (stored with the message; a run's first message names the run's user)."""
+    tenant: str | None = None
 
 
 class Agent:
@@ -147,6 +150,8 @@ class Agent:
         id: str | None = None,
         role: Literal["user", "system"] = "user",
         metadata: dict[str, Any] | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
         provider: str | None = None,
         model: str | Sequence[str] | None = None,
         effort: str | None = None,
@@ -163,7 +168,11 @@ class Agent:
 
         `payload` (a JSON object) is the starting payload of the run this message starts: it rides in the
         metadata (`stead.payload`), flows and payload tools change it, and the run's result carries it as
-        it ended (`RunResult.payload`)."""
+        it ended (`RunResult.payload`).
+
+        `user` and `tenant` (ids: 1-128 characters from `A-Z a-z 0-9 . _ : @ -`) say who sends the message;
+        they are stored with it, validators and hooks see them, and the run a message starts keeps them
+        for all its hooks and tools (`ctx.user`, `ctx.tenant`): memory scopes its notes by them."""
         settings = _settings(provider, model, effort, permission_mode, profile)
         if changes:
             # checked by the orchestration plugin's validator, like any message carrying changes
@@ -172,7 +181,7 @@ class Agent:
             if not isinstance(payload, dict):
                 raise InvalidInput(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
             metadata = {**(metadata or {}), PAYLOAD_METADATA: payload}
-        (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings)])
+        (acc,) = await self.deliver([Input(content, id, "send", role, metadata, settings, user, tenant)])
         return acc
 
     async def steer(
@@ -182,6 +191,8 @@ class Agent:
         id: str | None = None,
         role: Literal["user", "system"] = "user",
         metadata: dict[str, Any] | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
         provider: str | None = None,
         model: str | Sequence[str] | None = None,
         effort: str | None = None,
@@ -190,7 +201,7 @@ class Agent:
     ) -> Acceptance:
         """Queue a message injected at the next boundary between responses (outranks sends, C2)."""
         settings = _settings(provider, model, effort, permission_mode, profile)
-        (acc,) = await self.deliver([Input(content, id, "steer", role, metadata, settings)])
+        (acc,) = await self.deliver([Input(content, id, "steer", role, metadata, settings, user, tenant)])
         return acc
 
     async def run(
@@ -201,6 +212,8 @@ class Agent:
         check: bool = False,
         role: Literal["user", "system"] = "user",
         metadata: dict[str, Any] | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
         provider: str | None = None,
         model: str | Sequence[str] | None = None,
         effort: str | None = None,
@@ -231,6 +244,8 @@ class Agent:
                 id=id,
                 role=role,
                 metadata=metadata,
+                user=user,
+                tenant=tenant,
                 provider=provider,
                 model=model,
                 effort=effort,
@@ -363,8 +378,11 @@ class Agent:
                 settings["provider"] = chosen.provider
         elif "provider" in settings:
             self._admission.router.check(str(settings["provider"]), self._rt.settings.get("model"))
+        for what, value in (("user", item.user), ("tenant", item.tenant)):
+            if value is not None and not is_valid_user_id(value):
+                raise InvalidId(f"{what} {_shown(value)} is not a valid id: use {ID_RULE}")
         content = encoded_content(blocks, metadata, self._admission.max_payload_bytes)
-        return Inbound(msg_id, item.delivery, item.role, content, metadata, settings)
+        return Inbound(msg_id, item.delivery, item.role, content, metadata, settings, item.user, item.tenant)
 
     def _incoming(self, item: Inbound) -> IncomingMessage:
         return IncomingMessage(
@@ -377,6 +395,8 @@ class Agent:
             metadata=item.metadata,
             settings=item.settings,
             agent_extra=self._rt.config.extra,
+            user=item.user,
+            tenant=item.tenant,
         )
 
     async def abort(self) -> None:

@@ -27,7 +27,7 @@ from stead._plugin import (
 from stead._runs import RunReader
 from stead.core.config import AgentConfig
 from stead.core.gate import Gate
-from stead.core.hooks import CompactionInfo, HookContext, Hooks, ResponseInfo
+from stead.core.hooks import CompactionInfo, HookContext, Hooks, ResponseInfo, RunContext
 from stead.observability.records import end_run, record_run, record_step, update_step
 from stead.store.base import AgentRow, Store, Tx
 from stead.system import Plugin
@@ -46,6 +46,7 @@ __all__ = [
     "Migrations",
     "Plugin",
     "ResponseInfo",
+    "RunContext",
     "RunReader",
     "Store",
     "TraceContextSource",

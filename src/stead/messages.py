@@ -87,7 +87,8 @@ class Message:
     """One entry of an agent's history.
 
     Consecutive assistant blocks of one response form one assistant message; `usage` is set on an
-    assistant message when the response reported it. `id` is the acceptance id for user/system input.
+    assistant message when the response reported it. `id` is the acceptance id for user/system input;
+    `user` and `tenant` are who sent it (`agent.send(..., user="u-42")`), stored with the message.
     """
 
     role: Role
@@ -95,6 +96,8 @@ class Message:
     id: str | None = None
     usage: Usage | None = None
     metadata: dict[str, Any] | None = None
+    user: str | None = None
+    tenant: str | None = None
 
     @property
     def text(self) -> str:

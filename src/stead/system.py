@@ -26,7 +26,14 @@ from typing import Any, ClassVar, ParamSpec, cast
 from stead._admission import Admission
 from stead._approvals import Approval, ApprovalSource, ApprovalStatus, Decision
 from stead._ids import ID_RULE, is_valid_user_id, new_id
-from stead._plugin import DefinitionSource, IncomingMessage, Migrations, RealtimeSessionHandle, RealtimeSource
+from stead._plugin import (
+    DefinitionSource,
+    IncomingMessage,
+    MemorySource,
+    Migrations,
+    RealtimeSessionHandle,
+    RealtimeSource,
+)
 from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, ContextPolicy, Env, QueueMode, RetryPolicy
@@ -163,6 +170,17 @@ class AgentSystem:
 
     def has_plugin(self, name: str) -> bool:
         return any(p.name == name for p in self._plugins)
+
+    @property
+    def memory(self) -> Any:
+        """Long-term memory (notes and examples) of this system's agents: a `stead.memory.Memory`, served
+        by the plugin that keeps it (`stead.open(url, memory=True)`); `ConfigurationError` without one."""
+        for p in self._plugins:
+            if isinstance(p, MemorySource):
+                return p.memory
+        raise ConfigurationError(
+            "system.memory needs the memory plugin: open the system with stead.open(url, memory=True)"
+        )
 
     def add_tools(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
         """Register more tools (a plugin's `start` may, e.g. tools discovered from an MCP server)."""

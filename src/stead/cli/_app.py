@@ -30,6 +30,7 @@ from stead.cli._common import (
     quiet_broken_pipe,
     url,
 )
+from stead.cli._memory import memory_app
 from stead.cli._models import models as _models_command
 from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption, ModelOption
 from stead.cli._printer import Printer, TeamProgress
@@ -265,6 +266,7 @@ app.command(name="models", cls=SteadCommand, short_help="List the model catalog 
     _models_command
 )
 app.add_typer(runs_app, name="runs", short_help="List recorded runs, or show one as a tree.")
+app.add_typer(memory_app, name="memory", short_help="Long-term memory: list, search, add, promote, delete.")
 app.command(name="serve", cls=SteadCommand, short_help="Serve agents over HTTP (REST, streams, viewer).")(
     _serve_command
 )

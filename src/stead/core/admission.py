@@ -23,7 +23,7 @@ from stead.core import records as R
 from stead.core.events import Activated
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState
-from stead.messages import Message, Role, decode_block, dumps
+from stead.messages import Role, dumps
 from stead.store.base import Tx
 
 __all__ = ["Inbound", "accept", "enqueue"]
@@ -39,6 +39,8 @@ class Inbound:
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None
     settings: dict[str, Any]
+    user: str | None = None
+    tenant: str | None = None
 
 
 async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
@@ -46,20 +48,23 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
     if not await tx.write_if_absent(st.id, R.msg_key(item.id), item.delivery):
         return False
     prefix = R.STEER if item.delivery == "steer" else R.SEND
-    value = Queued("", item.id, item.role, item.content, item.metadata, item.settings).encode()
-    await enqueue(st, tx, prefix, value)
+    queued = Queued(
+        "", item.id, item.role, item.content, item.metadata, item.settings, item.user, item.tenant
+    )
+    await enqueue(st, tx, prefix, queued.encode())
     activated: Pending | None = None
     if await tx.get(st.id, R.PENDING) is None:
-        activated = Pending("inference", new_id(), activated_at=time.time())
+        # the run's first message names its user and tenant for the whole run (hooks, tools, restarts)
+        activated = Pending(
+            "inference", new_id(), activated_at=time.time(), user=item.user, tenant=item.tenant
+        )
         await tx.write_if_absent(st.id, R.PENDING, activated.encode())
         payload = (item.metadata or {}).get(R.PAYLOAD_METADATA)
         if payload is not None:  # the run starts with the activating message's payload
             await tx.write(st.id, R.PAYLOAD, dumps(payload))
         if st.hooks.wants("activated_tx"):
             ctx = st.hook_ctx(tx, activated)
-            ctx.message = Message(
-                item.role, [decode_block(b) for b in item.content], id=item.id, metadata=item.metadata
-            )
+            ctx.message = queued.message()
             await st.hooks.activated_tx(ctx)
 
     def published() -> None:

@@ -224,6 +224,9 @@ def _context(st: AgentState, pending: Pending, call: ToolCall, resumed: bool) ->
         kv=kv,
         store=st.env.store,
         resumed=resumed,
+        extra=st.config.extra,
+        user=pending.user,
+        tenant=pending.tenant,
         on_awaiting_input=lambda waiting: st.call_awaits_input(call.id or "", waiting),
     )
 
@@ -348,10 +351,14 @@ async def commit_result(
     before — the first committed result wins)."""
     assert call.id is not None
     cid = call.id
+    prepared: Any = None
+    if result is None and tool is not None and tool.prepare_fn is not None:
+        # a transactional tool's slow part runs before its transaction opens (never inside one)
+        prepared, result = await _run_prepare(st, pending, call, tool)
     async with st.env.store.transaction() as tx:
         if result is None:
             assert tool is not None
-            result = await _run_transactional(st, pending, call, tool, tx)
+            result = await _run_transactional(st, pending, call, tool, tx, prepared)
         if not await tx.delete(st.id, key):
             return False  # already answered: the first committed result wins
         if note:
@@ -391,8 +398,27 @@ async def commit_result(
     return True
 
 
+async def _run_prepare(
+    st: AgentState, pending: Pending, call: ToolCall, tool: Tool
+) -> tuple[Any, ToolResult | None]:
+    """A transactional tool's `prepare` step, outside any transaction: (its value, None), or (None, the
+    error result) when it failed. Arguments that do not validate skip it (the body path reports them)."""
+    assert call.id is not None and tool.prepare_fn is not None
+    try:
+        args = tool.validate(call.arguments)
+    except ToolArgumentError:
+        return None, None
+    ctx = _context(st, pending, call, call.id not in st.dispatched_here)
+    try:
+        return await tool.prepare_fn(ctx, args), None
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        return None, ToolResult(call.id, f"Tool {call.name!r} failed: {type(e).__name__}: {e}", True)
+
+
 async def _run_transactional(
-    st: AgentState, pending: Pending, call: ToolCall, tool: Tool, tx: Tx
+    st: AgentState, pending: Pending, call: ToolCall, tool: Tool, tx: Tx, prepared: Any = None
 ) -> ToolResult:
     assert call.id is not None
     resumed = call.id not in st.dispatched_here
@@ -400,6 +426,7 @@ async def _run_transactional(
     if early is not None:
         return early
     assert ctx is not None
+    ctx.prepared = prepared
     try:
         async with tx.savepoint():
             result = await _invoke(st, call, tool, ctx, args)

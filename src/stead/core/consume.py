@@ -17,7 +17,7 @@ from stead.core.config import SETTING_NAMES
 from stead.core.events import MessageConsumed
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState, Turn
-from stead.messages import Message, decode_block, dumps
+from stead.messages import Message, dumps
 from stead.store.base import Tx
 
 __all__ = ["apply_settings", "consumption_published", "plan", "write_consumption"]
@@ -53,7 +53,7 @@ def apply_settings(st: AgentState, take: list[Queued]) -> tuple[dict[str, Any], 
 
 
 def _message(q: Queued) -> Message:
-    return Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata)
+    return q.message()
 
 
 async def write_consumption(st: AgentState, tx: Tx, turn: Turn) -> list[dict[str, Any]]:
@@ -61,6 +61,8 @@ async def write_consumption(st: AgentState, tx: Tx, turn: Turn) -> list[dict[str
     demand one), persist changed settings, run the consumption hooks. Returns the records appended."""
     if turn.consumed:
         return []
+    if turn.context_new and turn.context is not None:
+        await tx.write(st.id, R.RUN_CONTEXT, dumps(turn.context.encode()))  # R4: staged like the input
     recs: list[dict[str, Any]] = []
     hooks = st.hooks
     old_mode = str(st.settings.get("permission_mode", "auto"))
@@ -94,6 +96,9 @@ def consumption_published(st: AgentState, turn: Turn) -> None:
     if turn.consumed:
         return
     turn.consumed = True
+    if turn.context_new:
+        turn.context_new = False
+        st.context_run, st.context = turn.pending.run_id, turn.context
     st.publish_settings(turn.settings)
     if turn.reset:
         st.publish_records([], reset=True)

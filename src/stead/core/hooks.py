@@ -24,7 +24,7 @@ from stead.messages import Message, ToolCall, ToolResult, Usage
 from stead.store.base import Store, Tx
 from stead.tools._tool import Tool
 
-__all__ = ["CompactionInfo", "HookContext", "Hooks", "ResponseInfo"]
+__all__ = ["CompactionInfo", "HookContext", "Hooks", "ResponseInfo", "RunContext"]
 
 log = logging.getLogger("stead.hooks")
 
@@ -49,10 +49,37 @@ class HookContext:
     """The agent's configuration extras (what higher layers stored at creation; read-only)."""
     outcome: Outcome | None = None
     """In `settled_tx` and `settled`: how the run ended."""
+    user: str | None = None
+    """The user of the run's first message (`agent.send(..., user=...)`), for the whole run."""
+    tenant: str | None = None
+    """The tenant of the run's first message, for the whole run."""
 
     @property
     def permission_mode(self) -> str:
         return str(self.settings.get("permission_mode", "auto"))
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Context a plugin adds to every request of one run (the `run_context` hook's answer).
+
+    The kernel sends `text` as one system message right after the instructions, ahead of the history, in
+    every inference of the run. It asks the hooks once per run, before the run's first inference and
+    outside any transaction (a hook may search, embed, call out), and makes the answer durable in run KV
+    with the turn's first durable write — so the live process and a restarted one send exactly the same
+    context (R4), and later inferences of the run never ask again. `data` is durable with it (ids of what
+    was injected, for records); the prompt step's hooks see both in `ResponseInfo.context`."""
+
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> dict[str, Any]:
+        return {"x": self.text, "d": self.data}
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> RunContext:
+        data = raw.get("d")
+        return RunContext(str(raw.get("x", "")), dict(data) if isinstance(data, dict) else {})
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,9 @@ class ResponseInfo:
     model_call: bool = True
     """False when the provider answered without calling a model (`Done(model_call=False)`: a flow engine
     choosing its next step); run records and guardrails skip such responses."""
+
+    context: RunContext | None = None
+    """The run context the request carried (the `run_context` hooks' answer), if any."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +236,16 @@ class Hooks:
         """Return a result to answer the call without running it (policy, approvals), or None to run it."""
         return None
 
+    async def run_context(self, ctx: HookContext) -> RunContext | None:
+        """Context for every request of this run: one system message after the instructions (memory
+        notes, retrieved passages). Asked before the run's first inference, outside any transaction;
+        `ctx.message` is the first message that inference consumes, `ctx.user`/`ctx.tenant` the run's.
+        The answer is made durable and reused for the rest of the run (see `RunContext`). Return None when
+        this hook has nothing for this agent at all (it is then asked again at the next inference, so that
+        answer must not depend on anything that changes during a run); return `RunContext("")` for "nothing
+        this run"."""
+        return None
+
     # -- observing ---------------------------------------------------------------------------------
     async def settled(self, ctx: HookContext, error: str | None) -> None:
         """After the settlement committed and the loop stopped (`ctx.outcome` as in `settled_tx`)."""
@@ -235,6 +275,7 @@ HOOK_METHODS = (
     "model_changed",
     "before_inference",
     "before_tool_call",
+    "run_context",
     "settled",
     "on_event",
 )
@@ -275,6 +316,7 @@ class HookSet:
         self._model_changed = self._by["model_changed"]
         self._before_inference = self._by["before_inference"]
         self._before_tool_call = self._by["before_tool_call"]
+        self._run_context = self._by["run_context"]
         self._settled = self._by["settled"]
         self._on_event = self._by["on_event"]
 
@@ -381,6 +423,19 @@ class HookSet:
             if decision is not None:
                 return decision
         return None
+
+    async def run_context(self, ctx: HookContext) -> RunContext | None:
+        """Every hook's context, in hook order: texts joined by a blank line, data merged (later keys
+        win). None when no hook answered."""
+        answers = [a for a in [await h.run_context(ctx) for h in self._run_context] if a is not None]
+        if not answers:
+            return None
+        if len(answers) == 1:
+            return answers[0]
+        data: dict[str, Any] = {}
+        for a in answers:
+            data.update(a.data)
+        return RunContext("\n\n".join(a.text for a in answers if a.text), data)
 
     async def settled(self, ctx: HookContext, error: str | None) -> None:
         for h in self._settled:

@@ -28,7 +28,7 @@ from stead.core.response import commit_end, commit_held, commit_partial, fail, r
 from stead.core.state import AgentState, Turn
 from stead.core.tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
 from stead.errors import ProviderError, StoreError, context_overflow
-from stead.messages import Message, Text, ToolCall, Usage, decode_block, dumps, encode_block
+from stead.messages import Message, Text, ToolCall, Usage, dumps, encode_block
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -91,6 +91,8 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         if refusal is not None:
             return await fail(st, turn, refusal, end_run=True)
     try:
+        if hooks.wants("run_context"):
+            await _run_context(st, turn)
         provider = _provider(st, settings)
         instructions = st.config.instructions
         if hooks.wants("instructions"):
@@ -215,6 +217,21 @@ async def _finish(st: AgentState, turn: Turn, reason: str) -> bool:
     return await commit_end(st, turn, results=[], note=None, settle=True, owe=False, reason=reason)
 
 
+async def _run_context(st: AgentState, turn: Turn) -> None:
+    """The run's context: the durable one (R4), or — before the run's first durable write — the hooks'
+    answer, asked outside any transaction and staged with the turn's first durable write."""
+    run_id = turn.pending.run_id
+    if st.context_run == run_id:
+        turn.context = st.context
+        return
+    ctx = st.hook_ctx(None, turn.pending, inference_id=turn.inference_id)
+    ctx.settings = dict(turn.settings)
+    ctx.message = turn.take[0].message() if turn.take else None
+    found = await st.hooks.run_context(ctx)
+    if found is not None:
+        turn.context, turn.context_new = found, True
+
+
 def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
     provider = find_provider(st, settings)
     if provider is None:
@@ -223,9 +240,7 @@ def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
 
 
 def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions: str) -> ProviderRequest:
-    staged = [
-        Message(q.role, [decode_block(b) for b in q.content], id=q.id, metadata=q.metadata) for q in turn.take
-    ]
+    staged = [q.message() for q in turn.take]
     history = st.messages() if not turn.reset else []
     after = st.config.context.expire_tool_results_after_turns
     if after is not None and history:
@@ -238,6 +253,10 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions:
         t = tools.get(name)
         if t is not None:
             specs.append(ToolSpec(t.name, t.description, t.parameters))
+    context = turn.context
+    if context is not None and context.text:
+        # one system message right after the instructions, in every request of the run (R4)
+        history = [Message("system", [Text(context.text)]), *history]
     return ProviderRequest(
         model=str(settings.get("model", st.config.model)),
         instructions=instructions,

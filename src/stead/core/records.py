@@ -12,9 +12,11 @@ Keys (per agent, sorted):
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
     kv.r.payload                  the run's JSON payload (from the activating message's `stead.payload`)
+    kv.r.context                  the run's context from the `run_context` hooks (R4), erased at settlement
 
 History records (JSON, append-only):
-    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id}   consumed input
+    {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id[,"us":user,"tn":tenant]}
+                                                                        consumed input
     {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
@@ -79,6 +81,8 @@ PAYLOAD = "kv.r.payload"
 copied into the end-of-run record at settlement (`RunResult.payload`)."""
 PAYLOAD_METADATA = "stead.payload"
 """Message metadata key carrying a run's starting payload (`agent.send(..., payload=...)`)."""
+RUN_CONTEXT = "kv.r.context"
+"""The run's context (`stead.RunContext`, written with the first durable write of its first inference)."""
 
 
 def msg_key(message_id: str) -> str:
@@ -96,7 +100,10 @@ def tool_key(index: int, call_id: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Pending:
     """The durable "owes work" record. `inference` is set when a response is owed (R2). In stage
-    `compaction`, `compaction` is why (`auto`, `requested`, `overflow`)."""
+    `compaction`, `compaction` is why (`auto`, `requested`, `overflow`).
+
+    `user` and `tenant` are those of the message whose acceptance activated the run (the run's first
+    message): every hook and tool of the run sees them, before and after a restart."""
 
     stage: str
     run_id: str
@@ -104,6 +111,8 @@ class Pending:
     inference_id: str | None = None
     activated_at: float = 0.0
     compaction: str | None = None
+    user: str | None = None
+    tenant: str | None = None
 
     def encode(self) -> str:
         d: dict[str, Any] = {
@@ -115,6 +124,10 @@ class Pending:
         }
         if self.compaction is not None:
             d["cm"] = self.compaction
+        if self.user is not None:
+            d["us"] = self.user
+        if self.tenant is not None:
+            d["tn"] = self.tenant
         return dumps(d)
 
     @staticmethod
@@ -125,7 +138,14 @@ class Pending:
         try:
             d = json.loads(raw)
             return Pending(
-                str(d["st"]), str(d["run"]), d.get("turn"), d.get("inf"), float(d.get("at", 0.0)), d.get("cm")
+                str(d["st"]),
+                str(d["run"]),
+                d.get("turn"),
+                d.get("inf"),
+                float(d.get("at", 0.0)),
+                d.get("cm"),
+                d.get("us"),
+                d.get("tn"),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -144,6 +164,8 @@ class Queued:
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None
     settings: dict[str, Any]
+    user: str | None = None
+    tenant: str | None = None
 
     @property
     def delivery(self) -> str:
@@ -155,12 +177,27 @@ class Queued:
             d["m"] = self.metadata
         if self.settings:
             d["s"] = self.settings
+        if self.user is not None:
+            d["us"] = self.user
+        if self.tenant is not None:
+            d["tn"] = self.tenant
         return dumps(d)
 
     @staticmethod
     def decode(key: str, raw: str) -> Queued:
         d = json.loads(raw)
-        return Queued(key, d["id"], d["r"], d["c"], d.get("m"), d.get("s") or {})
+        return Queued(key, d["id"], d["r"], d["c"], d.get("m"), d.get("s") or {}, d.get("us"), d.get("tn"))
+
+    def message(self) -> Message:
+        """The queued input as a message (what the model and the hooks see of it)."""
+        return Message(
+            self.role,
+            [decode_block(b) for b in self.content],
+            id=self.id,
+            metadata=self.metadata,
+            user=self.user,
+            tenant=self.tenant,
+        )
 
     def history_record(self, run_id: str | None = None) -> dict[str, Any]:
         """The consumed-input record; `run_id` is the run that consumed it (the link `agent.run` reads)."""
@@ -169,6 +206,10 @@ class Queued:
             rec["m"] = self.metadata
         if run_id is not None:
             rec["run"] = run_id
+        if self.user is not None:
+            rec["us"] = self.user
+        if self.tenant is not None:
+            rec["tn"] = self.tenant
         return rec
 
 
@@ -215,7 +256,12 @@ class MessageBuilder:
             elif kind == "u":
                 self._out.append(
                     Message(
-                        rec["r"], [decode_block(b) for b in rec["c"]], id=rec["id"], metadata=rec.get("m")
+                        rec["r"],
+                        [decode_block(b) for b in rec["c"]],
+                        id=rec["id"],
+                        metadata=rec.get("m"),
+                        user=rec.get("us"),
+                        tenant=rec.get("tn"),
                     )
                 )
             elif kind == "s":

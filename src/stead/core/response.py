@@ -49,6 +49,7 @@ def response_info(turn: Turn, reason: str, error: str | None) -> ResponseInfo:
         ended_at=time.time(),
         error=error,
         model_call=turn.model_call,
+        context=turn.context,
     )
 
 

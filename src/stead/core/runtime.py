@@ -24,6 +24,7 @@ consumption transaction (`stead.core.decide`). An agent whose only running calls
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from stead._ids import new_id
@@ -37,6 +38,7 @@ from stead.core.consume import apply_settings, plan
 from stead.core.decide import reject_for_steer
 from stead.core.events import Activated, BlockReset
 from stead.core.gate import decode_gates
+from stead.core.hooks import RunContext
 from stead.core.inference import Retry, find_provider, inference
 from stead.core.outcome import Outcome
 from stead.core.records import Pending, Queued
@@ -212,6 +214,12 @@ class AgentRuntime(AgentState):
             requested = any(k == R.COMPACT for k, _ in raw_queue)
             queued = [Queued.decode(k, v) for k, v in raw_queue if v and k != R.COMPACT]
             entries = await tx.read_prefix(self.id, R.TOOL) if pending.stage == "tools" else []
+            if self.context_run != pending.run_id and self.hooks.wants("run_context"):
+                # R4: the run's context, as made durable by its first inference (here or before a restart)
+                raw_context = await tx.get(self.id, R.RUN_CONTEXT)
+                if raw_context is not None:
+                    found, run_id = RunContext.decode(json.loads(raw_context)), pending.run_id
+                    tx.after_commit(lambda: self._publish_context(run_id, found))
             if restored:
                 announced = pending
                 tx.after_commit(lambda: self._announce_restored(announced))
@@ -294,6 +302,9 @@ class AgentRuntime(AgentState):
             self.emit(Activated(pending.run_id, restored=True))
             if pending.stage == "inference" and pending.inference_id is not None:
                 self.emit(BlockReset())  # an open request died with the previous process (R2)
+
+    def _publish_context(self, run_id: str, context: RunContext) -> None:
+        self.context_run, self.context = run_id, context
 
     def _mark_settled_mirror(self) -> None:
         self.pending = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from stead.core.config import AgentConfig, Env
 from stead.core.events import Event
-from stead.core.hooks import HookContext
+from stead.core.hooks import HookContext, RunContext
 from stead.core.mirror import Mirror
 from stead.core.records import Pending, Queued
 from stead.messages import Block, ToolCall, ToolResult, Usage
@@ -55,6 +55,10 @@ class Turn:
     started_at: float = 0.0
     first_token_at: float | None = None
     model_call: bool = True
+    context: RunContext | None = None
+    """The run context this turn's request carries."""
+    context_new: bool = False
+    """`context` was just computed: it is written with the turn's first durable write."""
 
 
 class AgentState(Mirror):
@@ -85,6 +89,9 @@ class AgentState(Mirror):
         self.background: set[asyncio.Task[None]] = set()
         # `agent.compact()` callers waiting for the compaction this agent owes (stead.core.compaction)
         self.compaction_waiters: list[asyncio.Future[Any]] = []
+        # the durable run context (`stead.core.records.RUN_CONTEXT`) of run `context_run`, as committed
+        self.context_run: str | None = None
+        self.context: RunContext | None = None
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._hook_events = env.hooks.wants("on_event")
 
@@ -120,6 +127,8 @@ class AgentState(Mirror):
             tx=tx,
             restored=restored,
             extra=self.config.extra,
+            user=p.user if p else None,
+            tenant=p.tenant if p else None,
         )
 
     def offered_tools(self, pending: Pending | None) -> list[str]:

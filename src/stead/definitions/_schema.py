@@ -26,6 +26,7 @@ __all__ = [
     "AgentDefinition",
     "ContextSection",
     "Limits",
+    "MemorySettings",
     "NarrationSettings",
     "Permissions",
     "RealtimeSettings",
@@ -75,6 +76,22 @@ class Limits(BaseModel):
             and self.max_wall_seconds is None
             and not self.max_calls
         )
+
+
+class MemorySettings(BaseModel):
+    """What long-term memory does for the agent (needs `stead.open(..., memory=True)`; docs/memory.md):
+    before each run, up to `notes` notes and `examples` examples chosen by `strategy` for the run's user,
+    plus passages from the pre-execution `sources`, injected as quoted data after the instructions;
+    `write: true` offers the guarded `remember` tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    notes: int = Field(default=5, ge=0, le=50)
+    examples: int = Field(default=3, ge=0, le=20)
+    strategy: Literal["relevant", "recent", "priority"] = "relevant"
+    write: bool = False
+    sources: list[str] = Field(default_factory=list)
+    """Names of retrieval sources given to `stead.open(memory=MemoryConfig(sources={...}))`."""
 
 
 class Permissions(BaseModel):
@@ -189,6 +206,8 @@ class AgentDefinition(BaseModel):
     realtime: RealtimeSettings | None = None
     """Realtime settings: on a `realtime` definition its own; on a target agent a layer over them."""
     limits: Limits = Field(default_factory=Limits)
+    memory: MemorySettings | None = None
+    """Long-term memory settings (absent: the system's memory defaults, which give none by default)."""
     permissions: Permissions = Field(default_factory=Permissions)
     """Rules over the permission-mode policy for this agent's tool calls (docs/approvals.md)."""
     mcp: list[McpServer] = Field(default_factory=list)

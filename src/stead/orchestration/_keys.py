@@ -12,6 +12,7 @@ __all__ = [
     "X_DEFINITION",
     "X_LIMITS",
     "X_MCP",
+    "X_MEMORY",
     "X_PERMISSIONS",
     "X_SUB_AGENTS",
     "X_TOOLS",
@@ -26,6 +27,7 @@ X_DATA = "stead.data"
 X_TOOLS = "stead.tools"  # the agent's own tools (before the runtime changes of a run)
 X_SUB_AGENTS = "stead.sub_agents"  # its own sub-agents (ditto)
 X_LIMITS = "stead.limits"
+X_MEMORY = "stead.memory"  # the definition's `memory:` section (stead.memory.AgentMemory)
 X_PERMISSIONS = "stead.permissions"  # allow / ask / deny rules (stead.policy)
 X_MCP = "stead.mcp"  # the MCP servers whose tools the agent is offered (stead.mcp)
 

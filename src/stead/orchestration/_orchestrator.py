@@ -48,6 +48,7 @@ from stead.orchestration._keys import (
     X_DEFINITION,
     X_LIMITS,
     X_MCP,
+    X_MEMORY,
     X_PERMISSIONS,
     X_SUB_AGENTS,
     X_TOOLS,
@@ -241,6 +242,8 @@ class Orchestrator:
             extra[X_DATA] = dict(data)
         if not definition.limits.empty:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
+        if definition.memory is not None:
+            extra[X_MEMORY] = definition.memory.model_dump()  # read by the memory plugin
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
         rules = definition.permissions.model_dump(exclude_defaults=True)

@@ -10,7 +10,9 @@ Flags (T5):
   that decides from durable evidence (e.g. its call-bound KV) what happened.
 - `durable=True`: an unfinished call may run again after a crash, with the same call id.
 - `transactional=True`: the function runs inside the transaction that commits its result; its writes
-  through `ctx.tx` / `ctx.kv` commit together with the result or not at all.
+  through `ctx.tx` / `ctx.kv` commit together with the result or not at all. Slow work the body needs
+  (an embedding model, a remote look-up) goes in a `@t.prepare` step, which runs before that transaction
+  opens — a transaction never waits on I/O — and hands its value to the body as `ctx.prepared`.
 
 `max_result_chars=N`: a result longer than N characters is cut in the conversation (with a marker saying
 how much was cut); the run record's tool step keeps the full output. Default: the agent's
@@ -78,6 +80,7 @@ RUN_AGAIN: Final = Reconciliation("RUN_AGAIN")
 """The effect certainly did not happen: run the call again with the same id."""
 
 ReconcileFn: TypeAlias = Callable[[ToolContext], Awaitable[Any]]
+PrepareFn: TypeAlias = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
 
 
 class ToolArgumentError(InvalidInput):
@@ -95,6 +98,7 @@ class Tool:
     durable: bool = False
     transactional: bool = False
     reconcile_fn: ReconcileFn | None = None
+    prepare_fn: PrepareFn | None = None
     max_result_chars: int | None = None
     effects: str = "external"
     """`read`, `write` or `external` (the default: a tool that declares nothing fails closed)."""
@@ -112,6 +116,17 @@ class Tool:
         """Decorator: register `async def reconcile(ctx) -> result | stead.RUN_AGAIN | stead.IN_DOUBT`,
         consulted when the call was interrupted by a crash."""
         self.reconcile_fn = fn
+        return fn
+
+    def prepare(self, fn: PrepareFn) -> PrepareFn:
+        """Decorator for a `transactional` tool: register `async def prepare(ctx, arguments) -> value`, run
+        with the validated arguments before the transaction that runs the body opens (outside every
+        transaction: the place for slow I/O such as computing an embedding). The body reads the value as
+        `ctx.prepared`. It may run again for the same call after a crash, so it must have no effect of its
+        own; if it raises, the call's result is that error and the body does not run."""
+        if not self.transactional:
+            raise ConfigurationError(f"tool {self.name!r}: prepare is for transactional tools")
+        self.prepare_fn = fn
         return fn
 
     def validate(self, arguments: dict[str, Any] | str) -> dict[str, Any]:

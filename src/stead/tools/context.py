@@ -73,6 +73,12 @@ class ToolContext:
     store: Store
     resumed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    user: str | None = None
+    """The user of the run's first message (`agent.send(..., user=...)`)."""
+    tenant: str | None = None
+    """The tenant of the run's first message."""
+    prepared: Any = None
+    """What the tool's `prepare` step returned (transactional tools; see `Tool.prepare`)."""
     on_awaiting_input: Callable[[bool], None] | None = field(default=None, repr=False)
 
     def awaiting_input(self, waiting: bool = True) -> None:
