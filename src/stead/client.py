@@ -239,6 +239,60 @@ class Client:
         result: dict[str, Any] = await self._json("GET", f"/v1/runs/{run_id}/tree")
         return result
 
+    # ------------------------------------------------------------------ approvals
+    async def list_approvals(
+        self,
+        *,
+        status: str = "pending",
+        agent_id: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        """`GET /v1/approvals`: one page (`items`, `next_cursor`)."""
+        params: dict[str, Any] = {"status": status, "limit": limit}
+        if agent_id is not None:
+            params["agent_id"] = agent_id
+        if after is not None:
+            params["after"] = after
+        result: dict[str, Any] = await self._json("GET", "/v1/approvals", params=params)
+        return result
+
+    async def approvals(self, status: str = "pending", agent_id: str | None = None) -> list[dict[str, Any]]:
+        """Every approval of the tenant with that status (`pending`, `decided`, `all`), oldest first (all
+        pages)."""
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await self.list_approvals(status=status, agent_id=agent_id, after=cursor, limit=100)
+            out.extend(page["items"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return out
+
+    async def approval(self, approval_id: str) -> dict[str, Any]:
+        """`GET /v1/approvals/{id}`."""
+        result: dict[str, Any] = await self._json("GET", f"/v1/approvals/{approval_id}")
+        return result
+
+    async def decide(
+        self,
+        approval_id: str,
+        decision: str,
+        *,
+        reason: str | None = None,
+        edited_arguments: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/approvals/{id}/decision` with `approve` or `deny`; returns `{approval, decided}`
+        (`decided: false`: the same decision had been made before). Another decision made first raises
+        `ServiceError` 409 `approval_decided`."""
+        body: dict[str, Any] = {"decision": decision}
+        if reason is not None:
+            body["reason"] = reason
+        if edited_arguments is not None:
+            body["edited_arguments"] = edited_arguments
+        result: dict[str, Any] = await self._json("POST", f"/v1/approvals/{approval_id}/decision", json=body)
+        return result
+
     # ------------------------------------------------------------------ events
     async def events(
         self,

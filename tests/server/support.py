@@ -45,9 +45,20 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
+@stead.tool(effects="write", approval="always")
+async def transfer(a: int, b: int) -> int:
+    "Move a units to account b (a human approves every call)."
+    TRANSFERS.append((a, b))
+    return a + b
+
+
+TRANSFERS: list[tuple[int, int]] = []
+"""Every call `transfer` ran, in order (tests clear it)."""
+
+
 class Model:
-    """A scripted model (a `stead.Provider`) the test steers. Each response calls `add` once while fewer
-    than `calls` results follow the user's message, then answers `text` in deltas of `chunk` characters.
+    """A scripted model (a `stead.Provider`) the test steers. Each response calls `tool` (`add`) once while
+    fewer than `calls` results follow the user's message, then answers `text` in deltas of `chunk` characters.
     `gate` (when set) holds every response until it opens; `holds[n]` holds the n-th response (0-based);
     `mid` pauses the text answer after its first delta (`mid_reached` is set there)."""
 
@@ -60,6 +71,7 @@ class Model:
         self._reached: dict[int, asyncio.Event] = {}
         self.count = 0
         self.calls = 0
+        self.tool = "add"
         self.text = "Hello from the scripted model."
         self.chunk = 6
 
@@ -89,7 +101,7 @@ class Model:
             if m.role == "tool":
                 done += len(m.content)
         if done < self.calls:
-            yield stead.BlockEnd(stead.ToolCall("add", {"a": done, "b": 1}))
+            yield stead.BlockEnd(stead.ToolCall(self.tool, {"a": done, "b": 1}))
             yield stead.UsageEvent(stead.Usage(10, 5))
             yield stead.Done("tool_call")
             return
@@ -141,6 +153,7 @@ async def open_env(
     tokens: list[Token] | None = TOKENS,
     definitions: Path | None = None,
     plugin: ServerPlugin | None = None,
+    approvals: bool = True,
     **app_kwargs: Any,
 ) -> Env:
     model = Model()
@@ -148,9 +161,10 @@ async def open_env(
     system = await stead.server.open(
         url,
         providers={"s": model},
-        tools=[add],
+        tools=[add, transfer],
         server=plugin,
         definitions=definitions,
+        approvals=approvals,
     )
     app = create_app(system, tokens=tokens, **app_kwargs)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")

@@ -18,6 +18,7 @@ from tests.server.support import A_READ, TEAM, TOKENS, A, B, Env, bearer
 BODIES: dict[str, dict[str, Any]] = {
     "MessageIn": {"content": "hello"},
     "BatchIn": {"messages": [{"content": "hello"}]},
+    "DecisionIn": {"decision": "approve"},
 }
 
 
@@ -51,11 +52,24 @@ async def _team_of_tenant_a(env: Env) -> tuple[list[str], list[str]]:
     return [a["id"] for a in agents], [run["id"] for run in runs]
 
 
+async def _approvals_of_tenant_a(env: Env, n: int) -> list[str]:
+    """`n` pending approvals of tenant A (each a `transfer` call its own agent waits on)."""
+    env.model.tool, env.model.calls = "transfer", 1
+    for _ in range(n):
+        agent = await env.agent(A, tools=["transfer"])
+        await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "pay"}, headers=bearer(A))
+        await env.idle(agent["id"])
+    pending = (await env.http.get("/v1/approvals", headers=bearer(A))).json()["items"]
+    return [a["id"] for a in pending]
+
+
 async def test_H7_another_tenants_token_gets_404_on_every_route_that_takes_an_id(make_env: Any) -> None:
     env = await make_env(definitions=TEAM)
     agent_ids, run_ids = await _team_of_tenant_a(env)
     assert len(agent_ids) == 4 and len(run_ids) == 4  # orchestrator, researcher ×2, writer: all tenant A's
-    ids = {"agent_id": agent_ids, "run_id": run_ids}
+    approval_ids = await _approvals_of_tenant_a(env, 4)
+    assert len(approval_ids) == 4
+    ids = {"agent_id": agent_ids, "run_id": run_ids, "approval_id": approval_ids}
     checked = 0
     routes = id_routes(env.app)
     for method, path, params, body in routes:
@@ -68,9 +82,15 @@ async def test_H7_another_tenants_token_gets_404_on_every_route_that_takes_an_id
             checked += 1
     # every id route was exercised: 7 agent routes and 5 run routes (today), each for all 4 ids
     assert len(routes) >= 12 and checked == 4 * len(routes)
+    assert {p for _, p, _, _ in routes} >= {
+        "/v1/approvals/{approval_id}",
+        "/v1/approvals/{approval_id}/decision",
+    }
     # and nothing was changed: tenant A still sees its agents, with their history
     for aid in agent_ids:
         assert (await env.http.get(f"/v1/agents/{aid}", headers=bearer(A))).status_code == 200
+    for approval in approval_ids:
+        assert (await env.system.approval(approval)).status == "pending"
 
 
 async def test_H7_lists_and_streams_never_show_another_tenants_agents(make_env: Any) -> None:

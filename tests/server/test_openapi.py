@@ -3,9 +3,9 @@ undocumented status or content type and no answer off its schema, for each tenan
 
 The service runs in its own thread and event loop on 127.0.0.1:0 (schemathesis calls it synchronously);
 generated path ids are swapped for real ones of the caller's tenant half of the time, so the fuzzing also
-reaches agents and runs that exist. Fixed seed and a bounded budget: `STEAD_FUZZ_EXAMPLES` (default 50)
-positive and as many negative cases per operation for tenant A, half that for tenant B — 150 cases per
-operation in all (about 80 s on the 2-core CI machine; generation, not the service, is the cost)."""
+reaches agents, runs and approvals that exist. Fixed seed and a bounded budget: `STEAD_FUZZ_EXAMPLES`
+(default 50) positive and as many negative cases per operation for tenant A, half that for tenant B — 150
+cases per operation in all (about 80 s on the 2-core CI machine; generation, not the service, is the cost)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,15 @@ class LiveService:
             await env.idle(agent["id"])
             runs = (await env.http.get("/v1/runs", headers=bearer(secret))).json()["items"]
             self.ids[tenant] = {"agent_id": agent["id"], "run_id": runs[0]["id"]}
+        env.model.tool = "transfer"  # and a pending approval per tenant, so decisions reach real ones
+        for tenant, secret in (("acme", A), ("globex", B)):
+            agent = await env.agent(secret, tools=["transfer"])
+            await env.http.post(
+                f"/v1/agents/{agent['id']}/messages", json={"content": "pay"}, headers=bearer(secret)
+            )
+            await env.idle(agent["id"])
+            (approval,) = (await env.http.get("/v1/approvals", headers=bearer(secret))).json()["items"]
+            self.ids[tenant]["approval_id"] = approval["id"]
         self.ready.set()
         await self._stop.wait()
         await stop(server, task)
@@ -181,4 +190,4 @@ def test_H9_the_schema_documents_every_operation_and_its_errors(live: LiveServic
         op = next(o for ops in doc["paths"].values() for o in ops.values() if o["operationId"] == stream)
         assert "text/event-stream" in op["responses"]["200"]["content"]
     events = doc["components"]["schemas"]["AgentEvent"]
-    assert len(events["oneOf"]) == 12
+    assert len(events["oneOf"]) == 14

@@ -19,11 +19,13 @@ from stead.server._errors import PROBLEM, install_handlers, problem_response
 from stead.server._events_schema import event_schema
 from stead.server._plugin import ServerPlugin
 from stead.server._routes_agents import router as agents_router
+from stead.server._routes_approvals import off_router as approvals_off_router
+from stead.server._routes_approvals import router as approvals_router
 from stead.server._routes_ops import STATIC, ui_router
 from stead.server._routes_ops import router as ops_router
 from stead.server._routes_runs import events_router
 from stead.server._routes_runs import router as runs_router
-from stead.server._service import Service, ServiceConfig
+from stead.server._service import Service, ServiceConfig, approvals_offered
 from stead.system import AgentSystem
 
 __all__ = ["create_app"]
@@ -145,6 +147,7 @@ def create_app(
     app.include_router(ops_router)
     app.include_router(agents_router)
     app.include_router(runs_router)
+    app.include_router(approvals_router if approvals_offered(system) else approvals_off_router)
     app.include_router(events_router)
     if ui:
         app.include_router(ui_router)

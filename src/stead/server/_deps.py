@@ -21,7 +21,7 @@ _DESCRIPTIONS = {
     401: "No valid token (the answer carries `WWW-Authenticate: Bearer`).",
     403: "The token lacks the scope this operation needs.",
     404: "No such resource in the caller's tenant.",
-    409: "Conflict (`agent_busy`, `agent_exists`).",
+    409: "Conflict (`agent_busy`, `agent_exists`, `approval_decided`).",
     413: "The request or message is larger than the limit.",
     422: "The request is malformed (`invalid_request`, `invalid_input`, `id_reused`, `invalid_cursor`).",
     429: "Rate limited (`Retry-After` says when to retry).",

@@ -88,6 +88,27 @@ class Usage(_Durable):
     ttft_ms: float | None
 
 
+class ApprovalRequested(_Durable):
+    """A call of the dispatched batch is held for a human decision (written in the dispatch transaction):
+    decide it with `POST /v1/approvals/{approval_id}/decision`. The call has not started."""
+
+    type: Literal["approval_requested"]
+    approval_id: str | None = Field(description="The approval's id (null only for a non-policy gate).")
+    call: _Call
+    reason: str = Field(description="Why the policy asked.")
+
+
+class ApprovalDecided(_Durable):
+    """A held call was decided (written in the deciding transaction): `approved` (it runs next), or
+    `rejected`, `expired`, `cancelled` (its error result follows in `tool_finished`)."""
+
+    type: Literal["approval_decided"]
+    approval_id: str | None
+    call: _Call
+    decision: Literal["approved", "rejected", "expired", "cancelled"]
+    note: str | None
+
+
 class Settled(_Durable):
     """The run ended: nothing is owed any more."""
 
@@ -146,6 +167,8 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
     "tool_started": ToolStarted,
     "tool_finished": ToolFinished,
     "usage": Usage,
+    "approval_requested": ApprovalRequested,
+    "approval_decided": ApprovalDecided,
     "settled": Settled,
     "text_delta": TextDelta,
     "reasoning_delta": ReasoningDelta,
@@ -161,6 +184,8 @@ AgentEvent = Annotated[
     | ToolStarted
     | ToolFinished
     | Usage
+    | ApprovalRequested
+    | ApprovalDecided
     | Settled
     | TextDelta
     | ReasoningDelta

@@ -12,10 +12,14 @@ __all__ = [
     "AgentList",
     "AgentOut",
     "AgentSummary",
+    "ApprovalList",
+    "ApprovalOut",
     "BatchAccepted",
     "BatchIn",
     "BlockOut",
     "CreateAgent",
+    "DecisionIn",
+    "DecisionOut",
     "Health",
     "MessageIn",
     "MessageList",
@@ -296,3 +300,57 @@ class SessionOut(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+ApprovalStatusOut = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+
+
+class ApprovalOut(BaseModel):
+    """One request for a human decision on one tool call (`stead.Approval`). While `status` is `pending`
+    the call has not started."""
+
+    id: str
+    agent_id: str
+    run_id: str
+    root_run_id: str = Field(description="The root run of the delegation tree (the run itself for a root).")
+    call_id: str
+    tool: str
+    arguments: Any = Field(description="The model's arguments.")
+    effects: str = Field(description="`read`, `write` or `external`: what the tool declares it touches.")
+    destructive: bool
+    mode: str = Field(description="The permission mode the call was dispatched under.")
+    reason: str = Field(description="Why the policy asked.")
+    status: ApprovalStatusOut
+    note: str | None = Field(description="The decision's reason (or the kernel's, for a steer or abort).")
+    edited_arguments: Any = Field(
+        default=None, description="The reviewer's arguments, when approved with changes."
+    )
+    decided_by: str | None
+    created_at: float
+    decided_at: float | None
+    expires_at: float | None
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalOut]
+    next_cursor: str | None = Field(description="Pass as `after` for the next page; null on the last.")
+
+
+class DecisionIn(_In):
+    """Decide a pending approval: `approve` (the call runs once, with `edited_arguments` instead of the
+    model's when given — validated against the tool's schema first) or `deny` (the call's error result
+    "rejected by reviewer: <reason>" commits with the decision)."""
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=4000, description="Kept as the decision's note.")
+    edited_arguments: dict[str, Any] | None = Field(
+        default=None, description="Only with `approve`: the arguments the call runs with."
+    )
+
+
+class DecisionOut(BaseModel):
+    approval: ApprovalOut
+    decided: bool = Field(
+        description="True: this request made the decision. False: the same decision had been made before "
+        "(a retry); `approval` is the stored one."
+    )

@@ -7,9 +7,11 @@ Its tables (module `server`, per-dialect migrations):
   (`head_seq`) and the highest pruned one (`pruned_through`).
 - `stead_events` — the durable events of every agent, `(agent_id, seq)` with `seq` 1, 2, 3… per agent:
   `activated`, `message_consumed`, `block_end`, `tool_started` (at dispatch), `tool_finished`, `usage`,
-  `settled`. Each is written by a `*_tx` hook, in the transaction that makes the change it describes, so
-  an event exists exactly when its change does (a rollback or a crash leaves neither); `seq` is allocated
-  by an upsert on the agent's row, which serializes writers of one agent on every dialect.
+  `approval_requested` (a call of the dispatched batch is held for a decision), `approval_decided` (in the
+  deciding transaction: approved, rejected, expired or cancelled), `settled`. Each is written by a `*_tx`
+  hook, in the transaction that makes the change it describes, so an event exists exactly when its change
+  does (a rollback or a crash leaves neither); `seq` is allocated by an upsert on the agent's row, which
+  serializes writers of one agent on every dialect.
 - `stead_server_messages` — the fingerprint of each message accepted through the service, written in the
   acceptance's transaction, so a reused id with another body is told apart from a retry (422).
 
@@ -33,13 +35,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stead._plugin import Migrations
+from stead.core import records as R
 from stead.core.events import BlockReset, Event
+from stead.core.gate import GATE_KEY, Gate
 from stead.core.hooks import HookContext, Hooks, ResponseInfo
 from stead.messages import Message, ToolCall, ToolResult
 from stead.observability.records import parent_link
 from stead.providers.base import ReasoningDelta, TextDelta
 from stead.server._hub import Hub, Live, StoredEvent
-from stead.server._wire import block_json, dumps, message_json, usage_json
+from stead.server._wire import block_json, dumps, loads, message_json, usage_json
 from stead.store.base import Tx
 from stead.system import Plugin
 
@@ -51,6 +55,7 @@ __all__ = ["DURABLE_EVENTS", "LIVE_EVENTS", "MODULE", "EventWriter", "ServerPlug
 log = logging.getLogger("stead.server")
 
 MODULE = "server"
+APPROVALS_MODULE = "policy"
 DURABLE_EVENTS = (
     "activated",
     "message_consumed",
@@ -58,8 +63,11 @@ DURABLE_EVENTS = (
     "tool_started",
     "tool_finished",
     "usage",
+    "approval_requested",
+    "approval_decided",
     "settled",
 )
+_DECISIONS = ("approved", "rejected", "expired", "cancelled")
 LIVE_EVENTS = ("block_reset", "text_delta", "reasoning_delta")
 
 # Migration scripts are split on ';' by the store: no semicolons inside statements.
@@ -167,6 +175,7 @@ class ServerPlugin(Plugin):
     # ------------------------------------------------------------------ lifecycle
     async def start(self, system: AgentSystem) -> None:
         self.system = system
+        self.events.approvals_table = APPROVALS_MODULE in system.store.modules
         if self.prune_interval is not None:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_forever(self.prune_interval))
 
@@ -224,6 +233,9 @@ class EventWriter(Hooks):
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
+        self.approvals_table = False
+        """Whether the store has the policy plugin's `approvals` table (read for an aborted call's
+        approval id, whose batch entry is gone by the time the abort decides it)."""
 
     async def _event(self, ctx: HookContext, type: str, body: dict[str, Any]) -> None:
         tx = ctx.tx
@@ -300,6 +312,54 @@ class EventWriter(Hooks):
                 "usage": usage_json(info.usage),
                 "latency_ms": round((info.ended_at - info.started_at) * 1000, 3),
                 "ttft_ms": ttft,
+            },
+        )
+
+    async def _approval_ref(self, tx: Tx, agent_id: str, call_id: str) -> tuple[str | None, str]:
+        """(the deciding layer's id of a held call — the approval id —, why it asked), from the call's gate
+        on its batch entry (`stead.core.gate`), else from the approvals table."""
+        for key, raw in await tx.read_prefix(agent_id, R.TOOL):
+            if key.endswith("." + call_id):
+                gate = Gate.decode(loads(raw).get(GATE_KEY))
+                if gate is not None:
+                    return gate.ref, gate.text if gate.state == "ask" else ""
+        if self.approvals_table:
+            rows = await tx.fetch("SELECT id, reason FROM approvals WHERE call_id = ?", (call_id,))
+            if rows:
+                return str(rows[0][0]), str(rows[0][1])
+        return None, ""
+
+    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+        tx = ctx.tx
+        if tx is None:
+            return
+        for call in calls:
+            ref, reason = await self._approval_ref(tx, ctx.agent_id, call.id or "")
+            await self._event(
+                ctx,
+                "approval_requested",
+                {
+                    "approval_id": ref,
+                    "call": {"id": call.id, "name": call.name, "arguments": call.arguments},
+                    "reason": reason,
+                },
+            )
+
+    async def call_decided_tx(
+        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
+    ) -> None:
+        tx = ctx.tx
+        if tx is None:
+            return
+        ref, _ = await self._approval_ref(tx, ctx.agent_id, call.id or "")
+        await self._event(
+            ctx,
+            "approval_decided",
+            {
+                "approval_id": ref,
+                "call": {"id": call.id, "name": call.name},
+                "decision": decision if decision in _DECISIONS else "rejected",
+                "note": note,
             },
         )
 

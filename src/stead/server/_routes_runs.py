@@ -211,7 +211,7 @@ async def stream_run_events(
         mid_block=mid_block,
         deltas=deltas,
         run_id=run.id,
-        run_settled=run.status != "running",
+        run_settled=run.status not in ("running", "awaiting_input"),
         heartbeat=config.heartbeat,
         retry_ms=config.retry_ms,
     )

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stead._approvals import Approval, ApprovalSource, Decision
 from stead._ids import new_id
 from stead._runs import Run
 from stead.agent import Acceptance, Agent, Input
-from stead.errors import AgentNotFound, InvalidInput, RunNotFound
+from stead.errors import AgentNotFound, InvalidInput, NotFound, RunNotFound
 from stead.messages import encode_block
 from stead.server._auth import Auth, Principal
 from stead.server._errors import ApiError
@@ -28,9 +29,11 @@ from stead.server._plugin import ServerPlugin
 from stead.server._wire import blocks_from_json, dumps
 from stead.system import AgentSystem
 
-__all__ = ["Service", "ServiceConfig"]
+__all__ = ["Service", "ServiceConfig", "approvals_offered"]
 
 RECORDS_MODULE = "observability"
+APPROVALS_MODULE = "policy"
+"""The store module of the `approvals` table (`stead.policy`), which the approval lists read."""
 _NONE = ""  # a tenant value no tenant can have (names are 1–128 characters)
 
 _RUN_COLS = (
@@ -44,6 +47,17 @@ _LIVE_TOTALS = (
     "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
     "FROM run_steps WHERE run_id = ? AND type = 'prompt'"
 )
+
+
+def approvals_offered(system: AgentSystem) -> bool:
+    """Whether the system keeps approvals: a plugin that is an `ApprovalSource` (the policy plugin,
+    `stead.open(approvals=True)` or definitions) and its `approvals` table."""
+    return APPROVALS_MODULE in system.store.modules and any(
+        isinstance(p, ApprovalSource) for p in system.plugins
+    )
+
+
+_DECIDED_AS = {"approve": "approved", "deny": "rejected"}
 
 
 def fingerprint(value: Any) -> str:
@@ -318,6 +332,84 @@ class Service:
                 (agent_id, after, upto, limit),
             )
         return [(int(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
+
+    # ------------------------------------------------------------------ approvals
+    async def approval(self, principal: Principal, approval_id: str) -> Approval:
+        """The approval if its agent is in the principal's tenant; 404 otherwise."""
+        try:
+            found = await self.system.approval(approval_id)
+        except NotFound:
+            raise ApiError(404, "not_found", f"no approval with id {approval_id!r}") from None
+        if await self.tenant_of(found.agent_id) != principal.tenant:
+            raise ApiError(404, "not_found", f"no approval with id {approval_id!r}")
+        return found
+
+    async def list_approvals(
+        self, principal: Principal, *, status: str, agent_id: str | None, after: str | None, limit: int
+    ) -> tuple[list[Approval], str | None]:
+        """The tenant's approvals, oldest first (cursor on creation time and id). `status`: `pending`,
+        `decided` (anything else) or `all`. Agents that were deleted take their approvals with them."""
+        where = ["COALESCE(s.tenant, ?) = ?"]
+        params: list[Any] = [self._default(), principal.tenant]
+        if status == "pending":
+            where.append("p.status = 'pending'")
+        elif status == "decided":
+            where.append("p.status <> 'pending'")
+        if agent_id is not None:
+            where.append("p.agent_id = ?")
+            params.append(agent_id)
+        if after is not None:
+            created, aid = decode_cursor(after, 2)
+            if not isinstance(created, int | float) or not isinstance(aid, str):
+                raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
+            where.append("(p.created_at > ? OR (p.created_at = ? AND p.id > ?))")
+            params += [created, created, aid]
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT p.id FROM approvals p JOIN agents a ON a.id = p.agent_id "
+                "LEFT JOIN stead_server_agents s ON s.agent_id = p.agent_id "
+                f"WHERE {' AND '.join(where)} ORDER BY p.created_at, p.id LIMIT ?",
+                (*params, limit + 1),
+            )
+        items: list[Approval] = []
+        for (approval_id,) in rows[:limit]:
+            try:
+                items.append(await self.system.approval(str(approval_id)))
+            except NotFound:  # pragma: no cover - deleted between the two reads
+                continue
+        nxt = encode_cursor(items[-1].created_at, items[-1].id) if len(rows) > limit and items else None
+        return items, nxt
+
+    async def decide(
+        self,
+        principal: Principal,
+        approval_id: str,
+        decision: str,
+        reason: str | None,
+        edited_arguments: dict[str, Any] | None,
+    ) -> Decision:
+        """Decide once (returns after the decision's commit). The same decision again returns the stored
+        one (`decided=False`); another decision after one was made is 409 `approval_decided`."""
+        await self.approval(principal, approval_id)
+        if edited_arguments is not None and decision != "approve":
+            raise ApiError(422, "invalid_request", "edited_arguments go with decision 'approve' only")
+        by = principal.name or principal.token_id
+        if decision == "approve":
+            outcome = await self.system.approve(
+                approval_id, note=reason, arguments=edited_arguments, decided_by=by
+            )
+        else:
+            outcome = await self.system.reject(approval_id, note=reason, decided_by=by)
+        if not outcome.decided and outcome.status != _DECIDED_AS[decision]:
+            stored = outcome.approval
+            raise ApiError(
+                409,
+                "approval_decided",
+                f"approval {approval_id} was decided before: {stored.status}"
+                + (f" by {stored.decided_by}" if stored.decided_by else "")
+                + (f" ({stored.note})" if stored.note else ""),
+            )
+        return outcome
 
     # ------------------------------------------------------------------ runs
     @property

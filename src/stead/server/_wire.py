@@ -11,12 +11,18 @@ from typing import Any
 from stead.errors import InvalidInput
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult, Usage
 
-__all__ = ["block_json", "blocks_from_json", "dumps", "message_json", "usage_json"]
+__all__ = ["block_json", "blocks_from_json", "dumps", "loads", "message_json", "usage_json"]
 
 
 def dumps(value: Any) -> str:
     """Compact JSON (the form stored for events and sent on the wire)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def loads(text: str) -> dict[str, Any]:
+    """A stored JSON object (an empty dict for anything else)."""
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
 
 
 def block_json(block: Block) -> dict[str, Any]:
