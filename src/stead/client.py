@@ -245,6 +245,7 @@ class Client:
         *,
         status: str = "pending",
         agent_id: str | None = None,
+        root_run_id: str | None = None,
         after: str | None = None,
         limit: int = 50,
     ) -> dict[str, Any]:
@@ -252,18 +253,24 @@ class Client:
         params: dict[str, Any] = {"status": status, "limit": limit}
         if agent_id is not None:
             params["agent_id"] = agent_id
+        if root_run_id is not None:
+            params["root_run_id"] = root_run_id
         if after is not None:
             params["after"] = after
         result: dict[str, Any] = await self._json("GET", "/v1/approvals", params=params)
         return result
 
-    async def approvals(self, status: str = "pending", agent_id: str | None = None) -> list[dict[str, Any]]:
+    async def approvals(
+        self, status: str = "pending", agent_id: str | None = None, root_run_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """Every approval of the tenant with that status (`pending`, `decided`, `all`), oldest first (all
-        pages)."""
+        pages); `agent_id` or `root_run_id` narrow it."""
         out: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page = await self.list_approvals(status=status, agent_id=agent_id, after=cursor, limit=100)
+            page = await self.list_approvals(
+                status=status, agent_id=agent_id, root_run_id=root_run_id, after=cursor, limit=100
+            )
             out.extend(page["items"])
             cursor = page["next_cursor"]
             if cursor is None:

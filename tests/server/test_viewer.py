@@ -1,6 +1,7 @@
 """The run viewer in headless Chromium (Debian's `chromium`, driven by Playwright): a finished team run shows
 every step and child run; a message sent from the page streams its answer in; a reload mid-run shows no row
-twice. Screenshots are saved under each test's temporary directory."""
+twice; a pending approval is approved (conversation) or denied (run view) with a click. Screenshots are
+saved under each test's temporary directory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
+from tests.server import support  # noqa: E402
 from tests.server.support import TEAM, A, Env, bearer  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -144,3 +146,55 @@ async def test_a_reload_mid_run_shows_no_row_twice(make_env: Any, page: Any, tmp
     final = await page.eval_on_selector_all(".row.step", "rows => rows.map(r => r.dataset.step)")
     assert final == [s["id"] for s in steps]
     await page.screenshot(path=str(tmp_path / "reloaded.png"))
+
+
+async def test_a_pending_approval_is_approved_from_the_conversation_and_the_answer_streams_in(
+    make_env: Any, page: Any, tmp_path: Path
+) -> None:
+    support.TRANSFERS.clear()
+    env: Env = await make_env(tokens=None)
+    env.model.tool, env.model.calls = "transfer", 1
+    env.model.text = "The transfer went through."
+    base = await env.live()
+    agent = await env.agent(secret="", tools=["transfer"])
+    await page.goto(f"{base}/ui#/agents/{agent['id']}")
+    await page.wait_for_selector("#message")
+    await page.fill("#message", "Pay account 1")
+    await page.click("#send")
+    # the request arrives live (approval_requested) as a card with Approve / Deny; nothing ran yet
+    card = page.locator(".approval[data-status='pending']")
+    await card.wait_for()
+    assert "transfer" in (await card.text_content() or "")
+    await page.wait_for_selector("#state >> text=waiting")
+    assert support.TRANSFERS == []
+    await page.screenshot(path=str(tmp_path / "approval.png"))
+    await page.fill(".approval .approval-reason", "fine by me")
+    await page.click(".approval button.approve")
+    await page.wait_for_selector(".approval[data-status='approved'] >> text=approved")
+    await page.wait_for_selector(f".msg.assistant >> text={env.model.text}")
+    await page.wait_for_selector("#state >> text=idle")
+    assert support.TRANSFERS == [(0, 1)]  # the call ran once, after the click
+    (stored,) = await env.system.approvals(status="approved")
+    assert stored.note == "fine by me"
+    await page.screenshot(path=str(tmp_path / "approved.png"))
+
+
+async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run(
+    make_env: Any, page: Any, tmp_path: Path
+) -> None:
+    support.TRANSFERS.clear()
+    env: Env = await make_env(tokens=None)
+    env.model.tool, env.model.calls = "transfer", 1
+    base = await env.live()
+    agent = await env.agent(secret="", tools=["transfer"])
+    await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "pay"})
+    await env.idle(agent["id"])
+    (run,) = (await env.http.get("/v1/runs")).json()["items"]
+    assert run["status"] == "awaiting_input"
+    await page.goto(f"{base}/ui#/runs/{run['id']}")
+    await page.wait_for_selector(".live")  # waiting for a decision is not settled: the page follows it
+    await page.click(".approval[data-status='pending'] button.deny")
+    await page.wait_for_selector(".row.run .status.completed")
+    await page.wait_for_selector(".approval[data-status='rejected'] >> text=denied")
+    assert support.TRANSFERS == []
+    await page.screenshot(path=str(tmp_path / "denied.png"))

@@ -64,6 +64,13 @@ async def list_approvals(
         Query(description="`pending` (default), `decided` (approved, rejected, expired, cancelled), `all`."),
     ] = "pending",
     agent_id: Annotated[str | None, Query(max_length=128)] = None,
+    root_run_id: Annotated[
+        str | None,
+        Query(
+            max_length=128,
+            description="Everything a root run waits on: its own approvals and its sub-agents'.",
+        ),
+    ] = None,
     after: Annotated[
         str | None, Query(description="`next_cursor` of the previous page.", max_length=400)
     ] = None,
@@ -71,7 +78,7 @@ async def list_approvals(
 ) -> ApprovalList:
     """The tenant's approvals, oldest first (cursor pagination on creation time and id)."""
     items, nxt = await service.list_approvals(
-        principal, status=status, agent_id=agent_id, after=after, limit=limit
+        principal, status=status, agent_id=agent_id, root_run_id=root_run_id, after=after, limit=limit
     )
     return ApprovalList(items=[approval_out(a) for a in items], next_cursor=nxt)
 

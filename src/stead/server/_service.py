@@ -345,7 +345,14 @@ class Service:
         return found
 
     async def list_approvals(
-        self, principal: Principal, *, status: str, agent_id: str | None, after: str | None, limit: int
+        self,
+        principal: Principal,
+        *,
+        status: str,
+        agent_id: str | None,
+        root_run_id: str | None = None,
+        after: str | None,
+        limit: int,
     ) -> tuple[list[Approval], str | None]:
         """The tenant's approvals, oldest first (cursor on creation time and id). `status`: `pending`,
         `decided` (anything else) or `all`. Agents that were deleted take their approvals with them."""
@@ -358,6 +365,9 @@ class Service:
         if agent_id is not None:
             where.append("p.agent_id = ?")
             params.append(agent_id)
+        if root_run_id is not None:
+            where.append("p.root_run_id = ?")
+            params.append(root_run_id)
         if after is not None:
             created, aid = decode_cursor(after, 2)
             if not isinstance(created, int | float) or not isinstance(aid, str):

@@ -6,8 +6,10 @@
 
 const EVENT_TYPES = [
   "activated", "message_consumed", "block_end", "block_reset", "tool_started", "tool_finished",
-  "usage", "settled", "text_delta", "reasoning_delta", "reset", "done",
+  "usage", "approval_requested", "approval_decided", "settled", "text_delta", "reasoning_delta", "reset",
+  "done",
 ];
+const WORKING = new Set(["running", "awaiting_input"]);  // run statuses that are not settled
 
 let cleanup = [];            // what the current view must close when it is left
 const expanded = new Set();  // step ids whose details are open
@@ -79,7 +81,7 @@ function stream(path, handlers) {
 }
 
 const main = () => document.getElementById("main");
-function show(...nodes) { main().replaceChildren(...nodes); }
+function show(...nodes) { main().replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false)); }
 
 // ---------------------------------------------------------------------------------------------- login
 function showLogin() {
@@ -107,6 +109,64 @@ async function loadAgents() {
       h("span", { class: a.active ? "dot on" : "dot" }),
       h("span", {}, a.name || "agent", h("br"), h("small", {}, a.id.slice(0, 12))),
     ))));
+}
+
+// ---------------------------------------------------------------------------------------------- approvals
+// A pending approval is a card with Approve / Deny; the decision is POSTed once (the service decides once:
+// a decision made elsewhere first shows as the stored one). Live `approval_decided` events update cards.
+const DECIDED = { approved: "approved", rejected: "denied", expired: "expired", cancelled: "cancelled" };
+
+function markDecided(card, status, note, by) {
+  card.className = `approval ${status}`;
+  card.dataset.status = status;
+  const actions = card.querySelector(".actions");
+  if (actions) actions.remove();
+  card.querySelector(".who").textContent = "approval";
+  card.querySelector(".approval-state").textContent =
+    (DECIDED[status] || status) + (by ? ` by ${by}` : "") + (note ? ` — ${note}` : "");
+}
+
+function approvalCard(a) {
+  const state = h("span", { class: "approval-state" }, "waiting for a decision");
+  const reason = h("input", { class: "approval-reason", placeholder: "reason (optional)", maxlength: "4000" });
+  const approve = h("button", { class: "approve" }, "Approve");
+  const deny = h("button", { class: "deny secondary" }, "Deny");
+  const card = h("div", { class: `approval ${a.status}`, data: { approval: a.id, status: a.status } },
+    h("span", { class: "who" }, "approval needed"),
+    h("div", { class: "mono" }, `${a.tool}(${JSON.stringify(a.arguments)})`),
+    a.reason ? h("div", { class: "muted" }, a.reason) : null,
+    a.status === "pending" ? h("div", { class: "actions" }, reason, approve, deny) : null,
+    state);
+  if (a.status !== "pending") markDecided(card, a.status, a.note, a.decided_by);
+  const decide = async (decision) => {
+    approve.disabled = deny.disabled = true;
+    state.textContent = "deciding…";
+    try {
+      const out = await api(`/v1/approvals/${encodeURIComponent(a.id)}/decision`,
+        { method: "POST", body: { decision, reason: reason.value.trim() || undefined } });
+      markDecided(card, out.approval.status, out.approval.note, out.approval.decided_by);
+    } catch (e) {
+      if (e.problem && e.problem.code === "approval_decided") {
+        const stored = await api(`/v1/approvals/${encodeURIComponent(a.id)}`);
+        markDecided(card, stored.status, stored.note, stored.decided_by);
+      } else {
+        approve.disabled = deny.disabled = false;
+        state.textContent = `not decided: ${e.message}`;
+      }
+    }
+  };
+  approve.addEventListener("click", () => decide("approve"));
+  deny.addEventListener("click", () => decide("deny"));
+  return card;
+}
+
+function requestedApproval(d) {  // an `approval_requested` event as an approval card's input
+  return { id: d.approval_id, tool: d.call.name, arguments: d.call.arguments, reason: d.reason, status: "pending" };
+}
+
+async function approvalsOf(query) {  // [] when approvals are off or the token may not read them
+  try { return (await api(`/v1/approvals?${query}&limit=100`)).items; }
+  catch (e) { if (e instanceof Unauthorized) throw e; return []; }
 }
 
 // ---------------------------------------------------------------------------------------------- runs
@@ -198,25 +258,28 @@ let runState = null;  // {id, tree, following: Map}
 
 async function runView(id, rerender) {
   if (!rerender || !runState || runState.id !== id) {
-    runState = { id, tree: await api(`/v1/runs/${id}/tree`), following: new Map(), pending: null };
+    const tree = await api(`/v1/runs/${id}/tree`);
+    const approvals = await approvalsOf(`status=all&root_run_id=${encodeURIComponent(id)}`);
+    runState = { id, tree, approvals, following: new Map(), pending: null };
   }
   const tree = runState.tree;
   const runs = walk(tree);
   const steps = runs.reduce((n, r) => n + r.steps.length, 0);
   show(
     h("h1", {}, `Run of ${tree.agent_name || tree.agent_id}`, " ", status(tree.status),
-      runs.some((r) => r.status === "running") ? h("span", { class: "live" }, "● live") : null),
+      runs.some((r) => WORKING.has(r.status)) ? h("span", { class: "live" }, "● live") : null),
     h("div", { class: "summary" },
       [["duration", fmtDur(tree.duration)], ["tokens in/out", `${tree.input_tokens}/${tree.output_tokens}`],
         ["cost", fmtCost(tree.cost)], ["steps", steps], ["child runs", runs.length - 1],
         ["agent", h("a", { href: `#/agents/${tree.agent_id}` }, tree.agent_id.slice(0, 12))]]
         .map(([k, v]) => h("div", {}, h("b", {}, v), h("span", {}, k)))),
+    runState.approvals.length ? h("div", { class: "approvals", id: "approvals" }, runState.approvals.map(approvalCard)) : null,
     waterfall(tree),
     tree.final_message ? [h("h4", {}, "final message"), h("div", { class: "msg" }, tree.final_message)] : null,
   );
   // follow every run of the tree that is still running (each stream ends with `done`)
   for (const r of runs) {
-    if (r.status !== "running" || runState.following.has(r.id)) continue;
+    if (!WORKING.has(r.status) || runState.following.has(r.id)) continue;
     const key = `stead.run.${r.id}`;
     const after = sessionStorage.getItem(key) || "0";
     const state = runState;
@@ -237,6 +300,7 @@ function refreshRun(state) {
     state.pending = null;
     if (state !== runState) return;
     state.tree = await api(`/v1/runs/${state.id}/tree`);
+    state.approvals = await approvalsOf(`status=all&root_run_id=${encodeURIComponent(state.id)}`);
     runView(state.id, true);
   }, 120);
 }
@@ -259,7 +323,13 @@ async function agentView(id) {
   const agent = await api(`/v1/agents/${id}`);
   const history = await api(`/v1/agents/${id}/messages?limit=500`);
   const runs = await api(`/v1/runs?agent_id=${encodeURIComponent(id)}&limit=20`);
-  const conversation = h("div", { class: "conversation", id: "conversation" }, history.items.map(messageNode));
+  const waiting = await approvalsOf(`status=pending&agent_id=${encodeURIComponent(id)}`);
+  const conversation = h("div", { class: "conversation", id: "conversation" },
+    history.items.map(messageNode), waiting.map(approvalCard));
+  const addApproval = (a) => {
+    if (!a.id || conversation.querySelector(`.approval[data-approval="${CSS.escape(a.id)}"]`)) return;
+    conversation.append(approvalCard(a));
+  };
   const input = h("textarea", { id: "message", placeholder: "Message… (Enter sends, Shift+Enter: new line)" });
   const send = async (mode) => {
     const text = input.value.trim();
@@ -317,6 +387,12 @@ async function agentView(id) {
       }
       assistant.append(...blockNodes(d.block));
       scroll();
+    },
+    approval_requested: (d) => { addApproval(requestedApproval(d)); setState("waiting"); scroll(); },
+    approval_decided: (d) => {
+      const card = d.approval_id && conversation.querySelector(`.approval[data-approval="${CSS.escape(d.approval_id)}"]`);
+      if (card && card.dataset.status === "pending") markDecided(card, d.decision, d.note);
+      if (d.decision === "approved") setState("working");
     },
     tool_finished: (d) => {
       conversation.append(h("div", { class: "msg tool" }, h("span", { class: "who" }, `tool ${d.call.name}`),
