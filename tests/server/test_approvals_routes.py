@@ -237,6 +237,8 @@ async def test_approval_lists_page_by_cursor_and_filter_by_status_and_agent(env:
         assert [a["id"] for a in await c.approvals("all")] == ids
         assert [a["id"] for a in await c.approvals("all", agent_id=agents[2]["id"])] == [ids[2]]
         assert (await c.approval(ids[1]))["status"] == "rejected"
+        root = (await c.approval(ids[2]))["root_run_id"]
+        assert [a["id"] for a in await c.approvals("all", root_run_id=root)] == [ids[2]]
     for a in agents:
         await env.idle(a["id"])
 

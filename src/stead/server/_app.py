@@ -106,7 +106,11 @@ def create_app(
     them: one implicit tenant, no authentication — keep such a service on loopback. `heartbeat` seconds of
     silence send `: ping` on streams; `max_body_bytes` (default: the system's payload limit plus room for
     the envelope) bounds request bodies (413). `close_system=True`: the app closes the system when it
-    shuts down."""
+    shuts down.
+
+    The approval routes (`/v1/approvals...`) are served when the system keeps approvals (the policy
+    plugin: `approvals=True`, or definitions); otherwise they are absent from the schema and answer 404
+    `approvals_off`."""
     if not system.has_plugin(ServerPlugin.name):
         raise ConfigurationError(
             "create_app needs a system opened with the server plugin: "
