@@ -337,3 +337,30 @@ async def test_H4_an_abort_cancels_a_pending_approval_with_an_approval_decided_e
     decided = [e for e in events if e["type"] == "approval_decided"]
     assert [(d["approval_id"], d["decision"]) for d in decided] == [(pending["id"], "cancelled")]
     assert support.TRANSFERS == []
+
+
+async def test_H4_a_steered_message_rejects_a_pending_approval_with_an_approval_decided_event(
+    env: Env,
+) -> None:
+    agent, _ = await _waiting(env)
+    pending = await _pending(env, agent["id"])
+    service = env.app.state.stead
+    head, _ = await service.head(agent["id"])
+    env.model.calls = 0  # the next inference answers in text
+    r = await env.http.post(
+        f"/v1/agents/{agent['id']}/messages",
+        json={"content": "stop, do not pay", "mode": "steer"},
+        headers=bearer(A),
+    )
+    assert r.status_code == 202, r.text
+    await env.idle(agent["id"])
+    assert (await env.system.approval(pending["id"])).status == "rejected"
+    events = [json.loads(data) for _, _, _, data in await service.replay(agent["id"], head, head + 100)]
+    kinds = [e["type"] for e in events]
+    assert kinds.index("approval_decided") < kinds.index("message_consumed") < kinds.index("settled")
+    decided = events[kinds.index("approval_decided")]
+    assert decided["approval_id"] == pending["id"] and decided["decision"] == "rejected"
+    assert decided["note"]  # the kernel's reason: the user sent a new message instead
+    late = await _decide(env, pending["id"], decision="approve")
+    assert late.status_code == 409 and late.json()["code"] == "approval_decided"
+    assert support.TRANSFERS == []

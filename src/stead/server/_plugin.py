@@ -315,26 +315,35 @@ class EventWriter(Hooks):
             },
         )
 
-    async def _approval_ref(self, tx: Tx, agent_id: str, call_id: str) -> tuple[str | None, str]:
-        """(the deciding layer's id of a held call — the approval id —, why it asked), from the call's gate
-        on its batch entry (`stead.core.gate`), else from the approvals table."""
+    async def _approvals_of(
+        self, tx: Tx, agent_id: str, call_ids: Sequence[str]
+    ) -> dict[str, tuple[str | None, str]]:
+        """(approval id, why it asks) of each held call: the deciding layer's id and text on the call's
+        gate, on its batch entry (`stead.core.gate`); else the approvals table (an aborted call's entry is
+        gone when the abort decides it)."""
+        found: dict[str, tuple[str | None, str]] = {}
+        wanted = set(call_ids)
         for key, raw in await tx.read_prefix(agent_id, R.TOOL):
-            if key.endswith("." + call_id):
+            call_id = key.rsplit(".", 1)[-1]
+            if call_id in wanted:
                 gate = Gate.decode(loads(raw).get(GATE_KEY))
-                if gate is not None:
-                    return gate.ref, gate.text if gate.state == "ask" else ""
-        if self.approvals_table:
-            rows = await tx.fetch("SELECT id, reason FROM approvals WHERE call_id = ?", (call_id,))
-            if rows:
-                return str(rows[0][0]), str(rows[0][1])
-        return None, ""
+                if gate is not None and gate.ref is not None:
+                    found[call_id] = (gate.ref, gate.text if gate.state == "ask" else "")
+        for call_id in wanted - found.keys():
+            found[call_id] = (None, "")
+            if self.approvals_table:
+                rows = await tx.fetch("SELECT id, reason FROM approvals WHERE call_id = ?", (call_id,))
+                if rows:
+                    found[call_id] = (str(rows[0][0]), str(rows[0][1]))
+        return found
 
     async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
         tx = ctx.tx
         if tx is None:
             return
+        held = await self._approvals_of(tx, ctx.agent_id, [c.id or "" for c in calls])
         for call in calls:
-            ref, reason = await self._approval_ref(tx, ctx.agent_id, call.id or "")
+            ref, reason = held[call.id or ""]
             await self._event(
                 ctx,
                 "approval_requested",
@@ -351,7 +360,7 @@ class EventWriter(Hooks):
         tx = ctx.tx
         if tx is None:
             return
-        ref, _ = await self._approval_ref(tx, ctx.agent_id, call.id or "")
+        ref, _ = (await self._approvals_of(tx, ctx.agent_id, [call.id or ""]))[call.id or ""]
         await self._event(
             ctx,
             "approval_decided",

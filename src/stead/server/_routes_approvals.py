@@ -118,5 +118,6 @@ _OFF = "approvals are off in this service: open the system with approvals=True (
 @off_router.get("/approvals")
 @off_router.get("/approvals/{approval_id}")
 @off_router.post("/approvals/{approval_id}/decision")
-async def approvals_off() -> None:
+async def approvals_off(principal: Annotated[Principal, Depends(requires(None))]) -> None:
+    """Authenticated like the real routes (a caller without a token learns nothing), then says why."""
     raise ApiError(404, "approvals_off", _OFF)
