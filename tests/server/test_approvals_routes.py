@@ -184,6 +184,10 @@ async def test_P7_edited_arguments_over_http_are_validated_then_run(env: Env) ->
     with_deny = await _decide(env, pending["id"], decision="deny", edited_arguments={"a": 1, "b": 2})
     assert with_deny.status_code == 422 and with_deny.json()["code"] == "invalid_request"
     assert (await env.system.approval(pending["id"])).status == "pending"  # nothing was written
+    service = env.app.state.stead
+    head, _ = await service.head(agent["id"])
+    kinds = [kind for _, _, kind, _ in await service.replay(agent["id"], 0, head)]
+    assert "approval_requested" in kinds and "approval_decided" not in kinds  # H4: no event, no change
     r = await _decide(env, pending["id"], decision="approve", edited_arguments={"a": 5, "b": 7})
     assert r.status_code == 200, r.text
     assert r.json()["approval"]["edited_arguments"] == {"a": 5, "b": 7}
