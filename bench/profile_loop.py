@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stead_loop import _workload  # noqa: E402
+from stead_loop import _workload
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", choices=["normal", "full"], default="normal")
     parser.add_argument("--no-records", action="store_true", help="stead.open(records=False)")
     parser.add_argument("--top", type=int, default=30, help="entries to print per table")
-    parser.add_argument(
-        "--sort", action="append", default=[], help="tottime and/or cumtime (default: both)"
-    )
+    parser.add_argument("--sort", action="append", default=[], help="tottime and/or cumtime (default: both)")
     parser.add_argument("--callgrind", action="store_true", help="no profiler: for valgrind")
     parser.add_argument("--out", type=Path, default=None, help="save raw cProfile stats")
     args = parser.parse_args(argv)

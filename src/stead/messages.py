@@ -159,4 +159,9 @@ def decode_usage(data: list[Any]) -> Usage:
 
 def dumps(value: Any) -> str:
     """Compact JSON used for every stored value."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _encode(value)
+
+
+# `json.dumps` with options builds a JSONEncoder (and its C encoder) on every call; one, built once, encodes
+# the same text (stored values are encoded on every commit of the hot path)
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
