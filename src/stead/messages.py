@@ -162,6 +162,7 @@ def dumps(value: Any) -> str:
     return _encode(value)
 
 
-# `json.dumps` with options builds a JSONEncoder (and its C encoder) on every call; one, built once, encodes
-# the same text (stored values are encoded on every commit of the hot path)
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# `json.dumps` with options builds a JSONEncoder on every call; one, built once, encodes the same text
+# (stored values are encoded on every commit of the hot path). Without the circular-reference check (a dict
+# of ids per container, per call): a value that contains itself still fails, with RecursionError.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode

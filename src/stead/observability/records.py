@@ -144,7 +144,13 @@ MIGRATIONS: list[str] = [
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _encode(value)
+
+
+# built once (`json.dumps` with options builds an encoder per call); see `stead.messages.dumps`
+_encode = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=str, check_circular=False
+).encode
 
 
 def parent_link(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
