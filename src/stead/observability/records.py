@@ -424,6 +424,8 @@ class _Live:
 
     breadcrumb: str | None
     guarded: bool
+    root: bool = False
+    """The run row was inserted by this process without a parent (the roll-up at settlement is a no-op)."""
     prompts: set[str] = field(default_factory=set)
 
 
@@ -489,7 +491,7 @@ class RunRecorder(Hooks):
                 breadcrumb = prefix + SEPARATOR + breadcrumb
         elif metadata and isinstance(metadata.get(SESSION_KEY), str):
             session_id = metadata[SESSION_KEY]
-        await tx.execute(
+        inserted = await tx.execute(
             "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, parent_run_id, parent_step_id, "
             "session_id, conversation_id, message_id, status, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
@@ -506,7 +508,9 @@ class RunRecorder(Hooks):
                 now,
             ),
         )
-        self._publish(tx, run_id, _Live(breadcrumb, guarded=False))
+        # a run this insert created without a parent has no ancestors to roll its totals up to
+        root = inserted == 1 and parent_run_id is None
+        self._publish(tx, run_id, _Live(breadcrumb, guarded=False, root=root))
         if parent_step_id is not None:
             await tx.execute(
                 "UPDATE run_steps SET target_run_id = ? WHERE id = ? AND run_id = ?",
@@ -722,5 +726,7 @@ class RunRecorder(Hooks):
             "WHERE run_id = ? AND status = 'running'",
             ("cancelled" if status == "cancelled" else "failed", now, error or "the run ended", run_id),
         )
-        await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
+        live = self._live.get(run_id)
+        if live is None or not live.root:
+            await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
         tx.after_commit(lambda: self._live.pop(run_id, None))
