@@ -426,3 +426,24 @@ async def test_provider_stream_is_closed_at_its_terminal_event_before_the_next_r
         # finalizer task), so it was closed before the next request went out
         assert provider.closed_at_request == [0, 1, 2]
         assert provider.closed == 3
+
+
+class _FailingCleanupProvider:
+    """Streams a complete answer; its clean-up (the generator's `finally`) raises."""
+
+    async def stream(self, request: stead.ProviderRequest) -> AsyncIterator[stead.StreamEvent]:
+        try:
+            yield stead.BlockEnd(stead.Text("complete"))
+            yield stead.Done("stop")
+        finally:
+            raise RuntimeError("clean-up failed")
+
+
+async def test_a_failing_stream_clean_up_does_not_fail_a_complete_response(db_url: str) -> None:
+    async with await stead.open(db_url, providers={"p": _FailingCleanupProvider()}) as system:
+        agent = await system.create(provider="p")
+        await agent.send("go")
+        await agent.wait_idle(TIMEOUT)
+        history = await agent.history()
+        assert history[-1].content == [stead.Text("complete")]
+        assert [r["k"] for r in await records(system, agent.id)] == ["u", "b"]

@@ -316,5 +316,10 @@ async def _stream(
         # the loop's socket) — per response, that showed in the profile
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
-            await aclose()
+            try:
+                await aclose()
+            except Exception:
+                # the response is complete; a provider's failing clean-up must not fail the turn (the
+                # garbage collector's finalizer would have logged it too)
+                log.warning("agent %s: closing the provider's stream failed", st.id, exc_info=True)
     return reason, error
