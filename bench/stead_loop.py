@@ -19,6 +19,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,15 @@ SYNC_MODES = {"normal": "NORMAL", "full": "FULL"}
 
 
 async def _workload(
-    path: Path, n: int, k: int, sync: str, records: bool = True
+    path: Path,
+    n: int,
+    k: int,
+    sync: str,
+    records: bool = True,
+    around: Callable[[str], None] | None = None,
 ) -> tuple[float, float, int, int]:
+    """Run the workload; `around("on")` / `around("off")` are called right before and after the measured
+    part (bench/profile_loop.py switches callgrind's instrumentation with it)."""
     inside = [0.0]
     perf = time.perf_counter
 
@@ -64,11 +72,15 @@ async def _workload(
     )
     agents = [await system.create(provider="scripted", model="scripted", tools=["add"]) for _ in range(n)]
     commits0 = system.store.commits  # type: ignore[attr-defined]
+    if around is not None:
+        around("on")
     t0 = perf()
     for i, agent in enumerate(agents):
         await agent.send(f"Please add things up ({i}).")
         await agent.wait_idle()
     wall = perf() - t0
+    if around is not None:
+        around("off")
     commits = system.store.commits - commits0  # type: ignore[attr-defined]
     await system.close()
     return wall, inside[0], commits, _size(path)

@@ -385,3 +385,65 @@ async def test_S4_cancelled_response_keeps_the_previous_measurement(db_url: str)
             ("fine", usage_of(1)),
             ("kept", None),
         ]
+
+
+# ---------------------------------------------------------------------------------------------- hot path
+class _ClosingProvider:
+    """Streams a tool call, then a final answer; notes when each response's generator is closed, and how
+    many responses had been closed when each request arrived."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+        self.closed_at_request: list[int] = []
+
+    async def stream(self, request: stead.ProviderRequest) -> AsyncIterator[stead.StreamEvent]:
+        self.closed_at_request.append(self.closed)
+        rounds = sum(1 for m in request.messages if m.role == "tool")
+        try:
+            if rounds < 2:
+                yield stead.BlockEnd(stead.ToolCall("add", {"a": rounds, "b": 1}))
+                yield stead.Done("tool_call")
+            else:
+                yield stead.BlockEnd(stead.Text("done"))
+                yield stead.Done("stop")
+            yield stead.TextDelta("never read: the kernel stops at the terminal event")
+        finally:
+            self.closed += 1
+
+
+async def test_provider_stream_is_closed_at_its_terminal_event_before_the_next_request(db_url: str) -> None:
+    @stead.tool
+    async def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    provider = _ClosingProvider()
+    async with await stead.open(db_url, providers={"p": provider}, tools=[add]) as system:
+        agent = await system.create(provider="p", tools=["add"])
+        await agent.send("go")
+        await agent.wait_idle(TIMEOUT)
+        # each response's generator was closed by the kernel (not later by the garbage collector's
+        # finalizer task), so it was closed before the next request went out
+        assert provider.closed_at_request == [0, 1, 2]
+        assert provider.closed == 3
+
+
+class _FailingCleanupProvider:
+    """Streams a complete answer; its clean-up (the generator's `finally`) raises."""
+
+    async def stream(self, request: stead.ProviderRequest) -> AsyncIterator[stead.StreamEvent]:
+        try:
+            yield stead.BlockEnd(stead.Text("complete"))
+            yield stead.Done("stop")
+        finally:
+            raise RuntimeError("clean-up failed")
+
+
+async def test_a_failing_stream_clean_up_does_not_fail_a_complete_response(db_url: str) -> None:
+    async with await stead.open(db_url, providers={"p": _FailingCleanupProvider()}) as system:
+        agent = await system.create(provider="p")
+        await agent.send("go")
+        await agent.wait_idle(TIMEOUT)
+        history = await agent.history()
+        assert history[-1].content == [stead.Text("complete")]
+        assert [r["k"] for r in await records(system, agent.id)] == ["u", "b"]

@@ -159,4 +159,10 @@ def decode_usage(data: list[Any]) -> Usage:
 
 def dumps(value: Any) -> str:
     """Compact JSON used for every stored value."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _encode(value)
+
+
+# `json.dumps` with options builds a JSONEncoder on every call; one, built once, encodes the same text
+# (stored values are encoded on every commit of the hot path). Without the circular-reference check (a dict
+# of ids per container, per call): a value that contains itself still fails, with RecursionError.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode

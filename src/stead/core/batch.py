@@ -154,7 +154,6 @@ async def run_batch(
         batch = [(k, c) for k, c in batch if not (c.id in gates and gates[c.id].held)]
         await _claim_approved(st, batch, gates)
     offered = st.offered_tools(pending)
-    sem = asyncio.Semaphore(max(1, st.config.max_tool_concurrency))
     tools = [_allowed_tool(st, call.name, offered) for _, call in batch]
     for _, call in batch:
         gate = gates.get(call.id or "")
@@ -166,8 +165,9 @@ async def run_batch(
         cid = call.id or ""
         if cid not in st.outcomes and cid not in st.running and not (tool is not None and tool.transactional):
             resumed = cid not in st.dispatched_here
-            st.outcomes[cid] = await _execute(st, pending, call, tool, resumed, sem)
+            st.outcomes[cid] = await _execute_now(st, pending, call, tool, resumed)
     else:
+        sem = asyncio.Semaphore(max(1, st.config.max_tool_concurrency))
         loop = asyncio.get_running_loop()
         for (_, call), tool in zip(batch, tools, strict=True):
             cid = call.id or ""
@@ -282,25 +282,33 @@ async def _execute(
     resumed: bool,
     sem: asyncio.Semaphore,
 ) -> ToolResult:
+    """Run one call of a batch of several, under `sem` (the batch's concurrency bound)."""
     async with sem:
-        try:
-            early, args, ctx = await _prepare(st, pending, call, tool, resumed)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            assert call.id is not None
-            return ToolResult(call.id, f"Tool {call.name!r} could not start: {type(e).__name__}: {e}", True)
-        if early is not None:
-            return early
-        assert tool is not None and ctx is not None
-        cid = call.id or ""
-        st.executing.add(cid)
-        try:
-            return await _output(st, pending, call, await _invoke(st, call, tool, ctx, args))
-        finally:
-            st.executing.discard(cid)
-            if cid in st.awaiting_calls:
-                st.call_awaits_input(cid, False)
+        return await _execute_now(st, pending, call, tool, resumed)
+
+
+async def _execute_now(
+    st: AgentState, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool
+) -> ToolResult:
+    """Run one call now (a batch's only call runs inline, without a task or a semaphore)."""
+    try:
+        early, args, ctx = await _prepare(st, pending, call, tool, resumed)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        assert call.id is not None
+        return ToolResult(call.id, f"Tool {call.name!r} could not start: {type(e).__name__}: {e}", True)
+    if early is not None:
+        return early
+    assert tool is not None and ctx is not None
+    cid = call.id or ""
+    st.executing.add(cid)
+    try:
+        return await _output(st, pending, call, await _invoke(st, call, tool, ctx, args))
+    finally:
+        st.executing.discard(cid)
+        if cid in st.awaiting_calls:
+            st.call_awaits_input(cid, False)
 
 
 async def _output(st: AgentState, pending: Pending, call: ToolCall, result: ToolResult) -> ToolResult:

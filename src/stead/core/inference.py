@@ -277,7 +277,8 @@ async def _stream(
     turn.streaming = True
     reason: str | None = None
     error: str | None = None
-    async for ev in provider.stream(request):
+    stream = provider.stream(request)
+    async for ev in stream:
         if isinstance(ev, TextDelta | ReasoningDelta):
             if turn.first_token_at is None:
                 turn.first_token_at = time.time()
@@ -309,4 +310,16 @@ async def _stream(
             turn.model_call = ev.model_call
             break
     turn.streaming = False
+    if reason is not None:
+        # left at its terminal event: close it now. Left to the garbage collector, an async generator is
+        # closed by a task the loop's finalizer hook schedules (call_soon_threadsafe: a wake-up write on
+        # the loop's socket) — per response, that showed in the profile
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                # the response is complete; a provider's failing clean-up must not fail the turn (the
+                # garbage collector's finalizer would have logged it too)
+                log.warning("agent %s: closing the provider's stream failed", st.id, exc_info=True)
     return reason, error

@@ -36,7 +36,7 @@ they existed (no `run`, no end record) still load.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from stead.core.outcome import Outcome
@@ -151,7 +151,20 @@ class Pending:
             return None
 
     def but(self, **changes: Any) -> Pending:
-        return replace(self, **changes)
+        # `dataclasses.replace` re-validates every field by name on each call: this runs several times a
+        # response, so copy the fields directly (an unknown name still raises TypeError)
+        fields: dict[str, Any] = {
+            "stage": self.stage,
+            "run_id": self.run_id,
+            "turn_id": self.turn_id,
+            "inference_id": self.inference_id,
+            "activated_at": self.activated_at,
+            "compaction": self.compaction,
+            "user": self.user,
+            "tenant": self.tenant,
+        }
+        fields.update(changes)
+        return Pending(**fields)
 
 
 @dataclass(frozen=True, slots=True)

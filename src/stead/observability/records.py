@@ -144,7 +144,13 @@ MIGRATIONS: list[str] = [
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _encode(value)
+
+
+# built once (`json.dumps` with options builds an encoder per call); see `stead.messages.dumps`
+_encode = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=str, check_circular=False
+).encode
 
 
 def parent_link(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -175,7 +181,11 @@ _STEP_COLS = (
     "target_log_id, status, started_at, completed_at, input_json, output_json, error) "
 )
 _INSERT_STEP = _STEP_COLS + _STEP_VALUES
-_INSERT_NAMED_STEP = _STEP_COLS + _NAMED_STEP_VALUES
+# The hot path's inserts (a named step of a run this process activated) take the next number from a scalar
+# subquery, which SQLite answers with one seek to the run's last step (the max optimization); an aggregate
+# in `INSERT ... SELECT` reads every step of the run. Parameters: id, run_id, run_id (the subquery's), ...
+_NEXT_NUMBER = "COALESCE((SELECT MAX(number) FROM run_steps WHERE run_id = ?), 0) + 1"
+_INSERT_NAMED_STEP = _STEP_COLS + f"VALUES (?, ?, ?, {_NEXT_NUMBER}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # A prompt step is also the inference's prompt run (the `prompt_runs` view): its id is the inference id, its
 # target the model; `target_log_id` and `output_json` stay NULL (both are derived from the columns on read).
 _PROMPT_COLS = (
@@ -184,7 +194,7 @@ _PROMPT_COLS = (
 )
 _PROMPT_TAIL = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM run_steps WHERE run_id = ?"
 _INSERT_NAMED_PROMPT = (
-    _PROMPT_COLS + "SELECT ?, ?, COALESCE(MAX(number), 0) + 1, 'prompt', ?, " + _PROMPT_TAIL
+    _PROMPT_COLS + f"VALUES (?, ?, {_NEXT_NUMBER}, 'prompt', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 )
 # A retried inference keeps its id: its prompt step is inserted once, later attempts update it.
 _INSERT_PROMPT = (
@@ -418,6 +428,8 @@ class _Live:
 
     breadcrumb: str | None
     guarded: bool
+    root: bool = False
+    """The run row was inserted by this process without a parent (the roll-up at settlement is a no-op)."""
     prompts: set[str] = field(default_factory=set)
 
 
@@ -483,7 +495,7 @@ class RunRecorder(Hooks):
                 breadcrumb = prefix + SEPARATOR + breadcrumb
         elif metadata and isinstance(metadata.get(SESSION_KEY), str):
             session_id = metadata[SESSION_KEY]
-        await tx.execute(
+        inserted = await tx.execute(
             "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, parent_run_id, parent_step_id, "
             "session_id, conversation_id, message_id, status, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
@@ -500,7 +512,9 @@ class RunRecorder(Hooks):
                 now,
             ),
         )
-        self._publish(tx, run_id, _Live(breadcrumb, guarded=False))
+        # a run this insert created without a parent has no ancestors to roll its totals up to
+        root = inserted == 1 and parent_run_id is None
+        self._publish(tx, run_id, _Live(breadcrumb, guarded=False, root=root))
         if parent_step_id is not None:
             await tx.execute(
                 "UPDATE run_steps SET target_run_id = ? WHERE id = ? AND run_id = ?",
@@ -553,7 +567,8 @@ class RunRecorder(Hooks):
         if live is not None and live.breadcrumb is not None and not live.guarded and inf not in live.prompts:
             # the common case: a fresh inference of a run this process activated — one plain INSERT
             await tx.execute(
-                _INSERT_NAMED_PROMPT, (inf, run_id, f"{live.breadcrumb}: prompt", info.model, *tail)
+                _INSERT_NAMED_PROMPT,
+                (inf, run_id, run_id, f"{live.breadcrumb}: prompt", info.model, *tail[:-1]),
             )
             prompts = live.prompts
             tx.after_commit(lambda: prompts.add(inf))
@@ -600,29 +615,15 @@ class RunRecorder(Hooks):
         crumb = live.breadcrumb if live is not None else None
         for call in calls:
             kind = "sub_agent" if sub is not None and sub(call.name) else "tool"
-            head: tuple[Any, ...] = (call.id or new_id(), run_id, None, kind)
-            name: tuple[str, ...]
+            sid = call.id or new_id()
+            # target, target_run_id, target_log_id, status, started_at, completed_at, input, output, error
+            rest = (call.name, None, None, "running", now, None, _dumps(call.arguments), None, None)
             if crumb is not None:
-                sql, name = _INSERT_NAMED_STEP, (f"{crumb}: {call.name}",)
+                await tx.execute(
+                    _INSERT_NAMED_STEP, (sid, run_id, None, run_id, kind, f"{crumb}: {call.name}", *rest)
+                )
             else:
-                sql, name = _INSERT_STEP, (run_id, call.name)
-            await tx.execute(
-                sql,
-                (
-                    *head,
-                    *name,
-                    call.name,
-                    None,
-                    None,
-                    "running",
-                    now,
-                    None,
-                    _dumps(call.arguments),
-                    None,
-                    None,
-                    run_id,
-                ),
-            )
+                await tx.execute(_INSERT_STEP, (sid, run_id, None, kind, run_id, call.name, *rest, run_id))
 
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
         if ctx.tx is None or call.id is None or ctx.run_id is None:
@@ -716,5 +717,7 @@ class RunRecorder(Hooks):
             "WHERE run_id = ? AND status = 'running'",
             ("cancelled" if status == "cancelled" else "failed", now, error or "the run ended", run_id),
         )
-        await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
+        live = self._live.get(run_id)
+        if live is None or not live.root:
+            await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
         tx.after_commit(lambda: self._live.pop(run_id, None))

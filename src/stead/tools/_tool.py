@@ -177,7 +177,7 @@ def render_output(value: Any) -> str:
         return value.model_dump_json()
     try:
         return dumps(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: a value containing itself
         return str(value)
 
 
