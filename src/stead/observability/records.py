@@ -31,6 +31,7 @@ from stead.store.base import Tx
 __all__ = [
     "MIGRATIONS",
     "PARENT_KEY",
+    "PG_MIGRATIONS",
     "SESSION_KEY",
     "STEP_TYPES",
     "STEP_TYPE_KEY",
@@ -143,6 +144,15 @@ MIGRATIONS: list[str] = [
 ]
 
 
+def _postgres(script: str) -> str:
+    """The PostgreSQL form of a records migration: floating-point columns, no `WITHOUT ROWID`."""
+    return script.replace(" REAL", " DOUBLE PRECISION").replace(") WITHOUT ROWID", ")")
+
+
+PG_MIGRATIONS: list[str] = [_postgres(script) for script in MIGRATIONS]
+"""The same migrations in PostgreSQL's dialect (append to both lists together)."""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -191,6 +201,13 @@ _INSERT_PROMPT = (
     _PROMPT_COLS + "SELECT * FROM (SELECT ?, ?, COALESCE(MAX(number), 0) + 1, 'prompt', "
     "COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || 'prompt', " + _PROMPT_TAIL + ") "
     "WHERE NOT EXISTS (SELECT 1 FROM run_steps WHERE run_id = ? AND id = ?)"
+)
+# PostgreSQL: a subquery's untyped parameters resolve to text (and need an alias); the same row through
+# HAVING on the aggregate, whose parameters take the inserted columns' types.
+_INSERT_PROMPT_PG = (
+    _PROMPT_COLS + "SELECT ?, ?, COALESCE(MAX(number), 0) + 1, 'prompt', "
+    "COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || 'prompt', " + _PROMPT_TAIL + " "
+    "HAVING NOT EXISTS (SELECT 1 FROM run_steps WHERE run_id = ? AND id = ?)"
 )
 # Later attempts add their tokens and cost; the step's output keeps the last attempt's reason and usage
 # (written out only here: the columns hold the sums).
@@ -558,7 +575,8 @@ class RunRecorder(Hooks):
             prompts = live.prompts
             tx.after_commit(lambda: prompts.add(inf))
             return
-        if not await tx.execute(_INSERT_PROMPT, (inf, run_id, run_id, info.model, *tail, run_id, inf)):
+        insert = _INSERT_PROMPT_PG if tx.store.dialect == "postgresql" else _INSERT_PROMPT
+        if not await tx.execute(insert, (inf, run_id, run_id, info.model, *tail, run_id, inf)):
             output: dict[str, Any] = {"reason": info.reason}
             inp, out, cached, cost = (0, 0, 0, None)
             if u is not None:
