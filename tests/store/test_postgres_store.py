@@ -317,3 +317,30 @@ async def test_a_writing_commit_costs_one_round_trip(store: PostgresStore) -> No
         await tx.append(A, ["r1", "r2"])
         await tx.write(A, "kv.x", "1")
     assert store.stats.round_trips - before == 1  # BEGIN, lock, writes and COMMIT in one pipeline sync
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def test_cli_agents_and_history_read_a_postgresql_url(pg_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from stead.cli import app
+
+    async def setup() -> str:
+        async with await stead.open(
+            pg_url, providers={"scripted": ScriptedProvider(tool_loop(k=0))}
+        ) as system:
+            agent = await system.create(provider="scripted", model="m", instructions="hi", name="pg-agent")
+            await agent.send("hello")
+            await agent.wait_idle(timeout=10)
+            return agent.id
+
+    agent_id = asyncio.run(setup())
+    result = CliRunner().invoke(app, ["agents", "--db", pg_url, "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["id"], r["name"], r["owner"], r["epoch"]) for r in rows] == [(agent_id, "pg-agent", None, 0)]
+    result = CliRunner().invoke(app, ["history", agent_id, "--db", pg_url])
+    assert result.exit_code == 0, result.stderr
+    assert "hello" in result.stdout and "done after 0 calls" in result.stdout

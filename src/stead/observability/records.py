@@ -215,7 +215,7 @@ _UPDATE_PROMPT = (
     "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ?, "
     "input_tokens = COALESCE(input_tokens, 0) + ?, output_tokens = COALESCE(output_tokens, 0) + ?, "
     "cached_tokens = COALESCE(cached_tokens, 0) + ?, "
-    "cost = CASE WHEN ? IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END, "
+    "cost = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END, "
     "latency_ms = ?, ttft_ms = ?, reason = ?, attempts = COALESCE(attempts, 0) + 1 "
     "WHERE run_id = ? AND id = ?"
 )

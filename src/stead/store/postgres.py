@@ -826,12 +826,17 @@ class _PgTx:
             cur = await conn.execute(_query(sql), tuple(params))
             await self._sync_pipeline()
         except psycopg.Error as e:
-            raise store_error(e, "statement failed") from e
+            raise store_error(e, f"statement failed ({_brief(sql)})") from e
         return cur.rowcount
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = await self._c("fetch")
-        return await self._rows(conn, _query(sql), tuple(params))
+        try:
+            return await self._rows(conn, _query(sql), tuple(params))
+        except StoreError as e:
+            if type(e) is StoreError:
+                raise StoreError(f"{e} ({_brief(sql)})") from e
+            raise
 
 
 def _agent(r: Sequence[Any]) -> AgentRow:
@@ -852,6 +857,11 @@ def _encoded(sql: str) -> bytes:
             _ENCODED.clear()
         b = _ENCODED[sql] = sql.encode()
     return b
+
+
+def _brief(sql: str) -> str:
+    text = " ".join(sql.split())
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _first_line(e: BaseException) -> str:
