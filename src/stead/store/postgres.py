@@ -323,9 +323,11 @@ class PostgresStore:
     async def sweep(self, ttl_s: float) -> list[str]:
         """Evict workers whose heartbeat is older than `ttl_s` (database clock) and release the agents of
         every evicted or vanished worker with epoch + 1 (skipping rows a transaction holds: the next sweep
-        gets them). Returns the ids of the workers evicted by this call."""
-        evicted = await self._one(lease.SWEEP_WORKERS, (float(ttl_s),))
-        await self._one(lease.SWEEP_AGENTS, ())
+        gets them), and forget evicted workers that own nothing and went silent over an hour ago. Returns
+        the ids of the workers evicted by this call."""
+        evicted = await self._one(
+            lease.SWEEP_WORKERS, (float(ttl_s),), (lease.SWEEP_AGENTS, ()), (lease.FORGET_WORKERS, ())
+        )  # one transaction, one round trip
         return [str(r[0]) for r in evicted]
 
     async def claim(self, n: int) -> list[tuple[str, int]]:
@@ -409,12 +411,12 @@ class _TxContext:
                     store.stats.commits += 1
         finally:
             tx.open = False
-            if not committed:
-                await tx.rollback()
-            await tx.finish()
-            if store._crashed:
-                await store._crash()
-            store._lock.release()
+            try:
+                # shielded: a task cancelled while it ends its transaction (abort, kill, LeaseLost) still
+                # rolls back and returns its connection to the pool
+                await asyncio.shield(_end(store, tx, committed))
+            finally:
+                store._lock.release()
         if et is not None:
             # rolled back: its after-commit callbacks never run. A lost lease stays held (so every later
             # write of this process to that agent keeps failing the fence) until the runtime drops it.
@@ -424,6 +426,14 @@ class _TxContext:
                 fn()
             except Exception:  # an after-commit failure is logged, never raised into a committed caller
                 log.exception("after-commit callback failed")
+
+
+async def _end(store: PostgresStore, tx: _PgTx, committed: bool) -> None:
+    if not committed:
+        await tx.rollback()
+    await tx.finish()
+    if store._crashed:
+        await store._crash()
 
 
 class _Savepoint:
