@@ -104,6 +104,9 @@ class PgStats:
     rollbacks: int = 0
     waits: dict[str, int] = field(default_factory=dict)
     """Round trips by the operation that waited (`commit`, `get`, `execute`, …)."""
+    writing_round_trips: int = 0
+    """Round trips of committed writing transactions only (their reads included): per commit, what a
+    durable state change costs."""
 
     def count(self, op: str) -> None:
         self.round_trips += 1
@@ -111,7 +114,12 @@ class PgStats:
 
     @property
     def round_trips_per_commit(self) -> float:
+        """Every round trip (read-only transactions and lease operations included) per commit."""
         return self.round_trips / self.commits if self.commits else 0.0
+
+    @property
+    def round_trips_per_writing_commit(self) -> float:
+        return self.writing_round_trips / self.commits if self.commits else 0.0
 
 
 _current: ContextVar[_PgTx | None] = ContextVar("stead_pg_tx", default=None)
@@ -409,6 +417,7 @@ class _TxContext:
                 committed = True
                 if tx.wrote:
                     store.stats.commits += 1
+                    store.stats.writing_round_trips += store.stats.round_trips - tx.trips_before
         finally:
             tx.open = False
             try:
@@ -503,6 +512,7 @@ class _PgTx:
         "savepoints",
         "store",
         "task",
+        "trips_before",
         "wrote",
     )
 
@@ -520,6 +530,7 @@ class _PgTx:
         self.notified: set[str] = set()
         self.broken: StoreError | None = None
         self.wrote = False
+        self.trips_before = store.stats.round_trips
         self.began = False
         self.op = "begin"
 
