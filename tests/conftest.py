@@ -1,15 +1,30 @@
-"""Shared fixtures: a fresh SQLite URL per test and a scripted tool-loop model."""
+"""Shared fixtures: a fresh store URL per test (SQLite, and PostgreSQL where the suite runs on both) and a
+scripted tool-loop model.
+
+`db_url` is parametrized `[sqlite, postgresql]` for the tests under `PG_SUITES` (the kernel, store and
+crash-point suites and the plugin suites that pass on both): one fixture, not a copy of the tests. A test
+about SQLite itself (its file, lock, WAL readers) is marked `@pytest.mark.sqlite_only("why")` and gets only
+the SQLite parametrization. PostgreSQL URLs name a fresh schema in a session database
+(`tests/fakes/postgres.py`); with no server the PostgreSQL parametrizations skip, saying why."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import stead
+from tests.fakes.postgres import PgTestServer
+
+TESTS = Path(__file__).parent
+PG_SUITES = tuple(
+    TESTS / d
+    for d in ("", "store", "chaos", "context", "flows", "mcp", "memory", "policy", "realtime", "server")
+)
+"""Directories whose `db_url` tests run on both stores (top level: kernel, store, crash points)."""
 
 # Fake model servers (`oai`, `ant`) and an environment without real keys or proxies for every test.
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -20,8 +35,52 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "stead.db"
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_kind" not in metafunc.fixturenames:
+        return
+    kinds = ["sqlite"]
+    if Path(metafunc.definition.path).parent in PG_SUITES and not metafunc.definition.get_closest_marker(
+        "sqlite_only"
+    ):
+        kinds.append("postgresql")
+    metafunc.parametrize("store_kind", kinds, scope="function")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgTestServer]:
+    server = PgTestServer()
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def db_url(db_path: Path) -> str:
+def store_kind() -> str:
+    return "sqlite"  # parametrized by pytest_generate_tests
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema's URL (skips when no server answers)."""
+    server: PgTestServer = request.getfixturevalue("pg_server")
+    if server.url is None:
+        pytest.skip(server.error or "no PostgreSQL server")
+    url = server.schema_url()
+    yield url
+    server.drop_schema(url)
+
+
+@pytest.fixture
+def db_target(db_path: Path, db_url: str, store_kind: str) -> Path | str:
+    """What `tests.fakes.postgres.raw_rows` opens to look at the database from outside the store: the
+    SQLite file, or the PostgreSQL URL."""
+    return db_url if store_kind == "postgresql" else db_path
+
+
+@pytest.fixture
+def db_url(db_path: Path, store_kind: str, request: pytest.FixtureRequest) -> str:
+    if store_kind == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{db_path}?synchronous=normal"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ import stead
 from stead.store import Faults, open_store
 from stead.store.base import AgentRow
 from stead.store.sqlite import SCHEMA_VERSION, SqliteStore
+from tests.fakes.postgres import raw_rows
 
 A = "agentaaaaaaaaaaaaaaaaaaa"
 B = "agentbbbbbbbbbbbbbbbbbbb"
@@ -25,13 +25,10 @@ class Boom(Exception):
     pass
 
 
-def raw_kv(db_path: Path, agent_id: str = A) -> dict[str, str]:
+def raw_kv(db: Path | str, agent_id: str = A) -> dict[str, str]:
     """What another connection sees: only committed data."""
-    conn = sqlite3.connect(db_path)
-    try:
-        return dict(conn.execute("SELECT key, value FROM kv WHERE agent_id=? ORDER BY key", (agent_id,)))
-    finally:
-        conn.close()
+    rows = raw_rows(db, "SELECT key, value FROM kv WHERE agent_id=? ORDER BY key", (agent_id,))
+    return {str(k): str(v) for k, v in rows}
 
 
 @pytest.fixture
@@ -42,41 +39,41 @@ async def store(db_url: str) -> AsyncIterator[SqliteStore]:
 
 
 # ---------------------------------------------------------------------------------------------- transactions
-async def test_transaction_commits_atomically(store: SqliteStore, db_path: Path) -> None:
+async def test_transaction_commits_atomically(store: SqliteStore, db_target: Path | str) -> None:
     async with store.transaction() as tx:
         await tx.write(A, "k1", "v1")
         await tx.write(A, "k2", "v2")
-        assert raw_kv(db_path) == {}  # nothing is visible before the commit
-    assert raw_kv(db_path) == {"k1": "v1", "k2": "v2"}
+        assert raw_kv(db_target) == {}  # nothing is visible before the commit
+    assert raw_kv(db_target) == {"k1": "v1", "k2": "v2"}
 
 
-async def test_transaction_rolls_back_everything_on_error(store: SqliteStore, db_path: Path) -> None:
+async def test_transaction_rolls_back_everything_on_error(store: SqliteStore, db_target: Path | str) -> None:
     with pytest.raises(Boom):
         async with store.transaction() as tx:
             await tx.write(A, "k1", "v1")
             await tx.append(A, ["r1"])
             assert await tx.insert_agent(AgentRow(A, None, "{}", 0.0))
             raise Boom
-    assert raw_kv(db_path) == {}
+    assert raw_kv(db_target) == {}
     async with store.transaction() as tx:
         assert await tx.load(A) == []
         assert await tx.get_agent(A) is None
 
 
-async def test_nested_transaction_joins_the_outer_one(store: SqliteStore, db_path: Path) -> None:
+async def test_nested_transaction_joins_the_outer_one(store: SqliteStore, db_target: Path | str) -> None:
     async with store.transaction() as outer:
         assert store.current() is outer
         async with store.transaction() as inner:
             assert inner is outer
             await inner.write(A, "k", "v")
-        assert raw_kv(db_path) == {}  # the inner exit did not commit
+        assert raw_kv(db_target) == {}  # the inner exit did not commit
         assert await outer.get(A, "k") == "v"
-    assert raw_kv(db_path) == {"k": "v"}
+    assert raw_kv(db_target) == {"k": "v"}
     assert store.current() is None
 
 
 async def test_failure_in_a_nested_transaction_rolls_back_the_outer_one(
-    store: SqliteStore, db_path: Path
+    store: SqliteStore, db_target: Path | str
 ) -> None:
     with pytest.raises(Boom):
         async with store.transaction() as outer:
@@ -84,10 +81,12 @@ async def test_failure_in_a_nested_transaction_rolls_back_the_outer_one(
             async with store.transaction() as inner:
                 await inner.write(A, "inner", "1")
                 raise Boom
-    assert raw_kv(db_path) == {}
+    assert raw_kv(db_target) == {}
 
 
-async def test_after_commit_runs_only_after_the_outermost_commit(store: SqliteStore, db_path: Path) -> None:
+async def test_after_commit_runs_only_after_the_outermost_commit(
+    store: SqliteStore, db_target: Path | str
+) -> None:
     ran: list[str] = []
     async with store.transaction() as outer:
         outer.after_commit(lambda: ran.append("outer"))
@@ -96,7 +95,7 @@ async def test_after_commit_runs_only_after_the_outermost_commit(store: SqliteSt
             inner.after_commit(lambda: ran.append("inner"))
         assert ran == []
     assert ran == ["outer", "inner"]  # in registration order, once
-    assert raw_kv(db_path) == {"k": "v"}
+    assert raw_kv(db_target) == {"k": "v"}
 
 
 @pytest.mark.parametrize("writes", [True, False])
@@ -151,7 +150,9 @@ async def test_failing_after_commit_callback_is_logged_not_raised(
     assert "after-commit callback failed" in caplog.text
 
 
-async def test_savepoint_rollback_drops_its_writes_and_callbacks(store: SqliteStore, db_path: Path) -> None:
+async def test_savepoint_rollback_drops_its_writes_and_callbacks(
+    store: SqliteStore, db_target: Path | str
+) -> None:
     ran: list[str] = []
     async with store.transaction() as tx:
         await tx.write(A, "before", "1")
@@ -168,7 +169,7 @@ async def test_savepoint_rollback_drops_its_writes_and_callbacks(store: SqliteSt
             tx.after_commit(lambda: ran.append("kept"))
         tx.after_commit(lambda: ran.append("after"))
     assert ran == ["before", "kept", "after"]
-    assert raw_kv(db_path) == {"before": "1", "kept": "1"}
+    assert raw_kv(db_target) == {"before": "1", "kept": "1"}
     async with store.transaction() as tx:
         assert await tx.load(A) == []
 
@@ -303,34 +304,29 @@ async def test_agents_table(store: SqliteStore) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- schema
-def meta(db_path: Path) -> dict[str, str]:
-    conn = sqlite3.connect(db_path)
-    try:
-        return dict(conn.execute("SELECT key, value FROM stead_meta"))
-    finally:
-        conn.close()
+def meta(db: Path | str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in raw_rows(db, "SELECT key, value FROM stead_meta")}
 
 
-async def test_schema_version_is_recorded_on_open(db_url: str, db_path: Path) -> None:
+async def test_schema_version_is_recorded_on_open(db_url: str, db_target: Path | str) -> None:
     store = await open_store(db_url)
     async with store.transaction() as tx:
         await tx.write(A, "k", "v")
     await store.close()
-    assert meta(db_path)["schema_version"] == str(SCHEMA_VERSION)
+    assert meta(db_target)["schema_version"] == str(SCHEMA_VERSION)
     store = await open_store(db_url)  # reopening migrates nothing and keeps the data
     async with store.transaction() as tx:
         assert await tx.get(A, "k") == "v"
     await store.close()
-    assert meta(db_path)["schema_version"] == str(SCHEMA_VERSION)
+    assert meta(db_target)["schema_version"] == str(SCHEMA_VERSION)
 
 
-async def test_a_newer_schema_refuses_to_open(db_url: str, db_path: Path) -> None:
+async def test_a_newer_schema_refuses_to_open(db_url: str, db_target: Path | str) -> None:
     store = await open_store(db_url)
     await store.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE stead_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
-    conn.commit()
-    conn.close()
+    raw_rows(
+        db_target, "UPDATE stead_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
     with pytest.raises(stead.SchemaTooNew, match=str(SCHEMA_VERSION + 1)):
         await open_store(db_url)
     with pytest.raises(stead.SchemaTooNew):  # refused again: not StoreLocked, the lock was released
@@ -376,6 +372,7 @@ async def test_unsupported_store_url_is_refused(url: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- ownership
+@pytest.mark.sqlite_only("one owning process per SQLite file (flock)")
 async def test_second_open_of_the_same_file_raises_store_locked_immediately(db_url: str) -> None:
     first = await open_store(db_url)
     try:
@@ -441,6 +438,7 @@ async def _run(code: str, url: str) -> asyncio.subprocess.Process:
     )
 
 
+@pytest.mark.sqlite_only("one owning process per SQLite file (flock)")
 async def test_store_locked_across_processes_when_this_process_owns_it(db_url: str) -> None:
     store = await open_store(db_url)
     try:
@@ -452,6 +450,7 @@ async def test_store_locked_across_processes_when_this_process_owns_it(db_url: s
     assert await asyncio.wait_for(child.wait(), 20) == 0
 
 
+@pytest.mark.sqlite_only("one owning process per SQLite file (flock)")
 async def test_store_locked_when_another_process_owns_it_and_released_when_it_dies(db_url: str) -> None:
     child = await _run(HOLD, db_url)
     try:

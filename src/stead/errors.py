@@ -12,6 +12,7 @@ SteadError
     ReadOnly              a write through a store opened with readonly=True
     StoreCrashed          (tests) the store was made to fail permanently
     SchemaTooNew
+    LeaseLost             (PostgreSQL) another worker took the agent over: never retried
   ProviderError           a model provider failed (`retryable` tells whether retrying may help)
   RunFailed               `agent.run(..., check=True)`: the run failed (carries its result)
   ConfigurationError      a definition, tool or provider setting is wrong
@@ -34,6 +35,7 @@ __all__ = [
     "DefinitionError",
     "InvalidId",
     "InvalidInput",
+    "LeaseLost",
     "NotFound",
     "ProviderError",
     "ReadOnly",
@@ -98,6 +100,17 @@ class StoreCrashed(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer stead; this version refuses to open it."""
+
+
+class LeaseLost(StoreError):
+    """A PostgreSQL transaction touched an agent whose lease this process no longer holds: another worker
+    took it over (its epoch moved). The transaction was rolled back by the database (the fence), so it had no
+    durable effect, like every `StoreError`; unlike the others it is not transient: retrying can never
+    succeed. The agent's loop in this process must stop and drop its memory; `agent_id` names it."""
+
+    def __init__(self, message: str, agent_id: str | None = None) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
 
 
 class ProviderError(SteadError):

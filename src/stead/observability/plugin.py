@@ -14,7 +14,7 @@ from stead._plugin import Migrations
 from stead._runs import Run
 from stead.core.hooks import Hooks
 from stead.observability.model import get_run, list_runs
-from stead.observability.records import MIGRATIONS, STEP_TYPE_KEY, RunRecorder
+from stead.observability.records import MIGRATIONS, PG_MIGRATIONS, STEP_TYPE_KEY, RunRecorder
 from stead.store.base import Store
 from stead.system import AgentSystem, Plugin
 
@@ -26,7 +26,10 @@ class RecordsPlugin(Plugin):
     `system.runs()` / `system.run(id)` (it is the system's `RunReader`)."""
 
     name: ClassVar[str] = "records"
-    migrations: ClassVar[Migrations] = {"sqlite": {"observability": MIGRATIONS}}
+    migrations: ClassVar[Migrations] = {
+        "sqlite": {"observability": MIGRATIONS},
+        "postgresql": {"observability": PG_MIGRATIONS},
+    }
 
     def __init__(self, recorder: RunRecorder | None = None) -> None:
         self.recorder = recorder if recorder is not None else RunRecorder()
@@ -67,12 +70,13 @@ class TracingPlugin(Plugin):
     name: ClassVar[str] = "tracing"
     migrations: ClassVar[Migrations] = {
         # the span context of each run's first incarnation, so a resumed run links to it
-        "sqlite": {
+        dialect: {
             "tracing": [
                 "CREATE TABLE stead_trace_runs "
                 "(run_id TEXT PRIMARY KEY, traceparent TEXT NOT NULL, parent_traceparent TEXT)"
             ]
         }
+        for dialect in ("sqlite", "postgresql")
     }
 
     def __init__(

@@ -18,7 +18,7 @@ def dialect_of(url: str) -> str:
         return "sqlite"
     if url.startswith(("postgresql:", "postgres:")):
         return "postgresql"
-    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")
+    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db or postgresql://…")
 
 
 async def open_store(
@@ -27,14 +27,23 @@ async def open_store(
     faults: Faults | None = None,
     migrations: Mapping[str, Sequence[str]] | None = None,
     readonly: bool = False,
-) -> SqliteStore:
-    """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`), applying the kernel's
-    migrations and those of each higher-layer module in `migrations` (name → ordered SQL scripts).
+) -> Store:
+    """Open the store named by `url` (`sqlite:///path.db[?synchronous=normal|full]`, or
+    `postgresql://user@host:port/db[?pool_min=2&pool_max=10&pool_timeout=5]` with the `postgres` extra),
+    applying the kernel's migrations and those of each higher-layer module in `migrations` (name → ordered
+    SQL scripts).
 
     `readonly=True` opens it for inspection: no ownership lock, no creation, no migration, every write
     refused (`stead.errors.ReadOnly`), each transaction a fresh read snapshot."""
     if url.startswith("sqlite:"):
         return await SqliteStore.open(url, faults=faults, migrations=migrations, readonly=readonly)
     if url.startswith(("postgresql:", "postgres:")):
-        raise InvalidInput("PostgreSQL stores are not available yet in this version; use sqlite:///file.db")
-    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db")
+        try:
+            from stead.store.postgres import PostgresStore
+        except ImportError as e:  # psycopg is the optional `postgres` extra
+            raise InvalidInput(
+                f"PostgreSQL stores need psycopg ({e}); install stead[postgres] "
+                "(pip install 'psycopg[binary]>=3.2' 'psycopg_pool>=3.2')"
+            ) from None
+        return await PostgresStore.open(url, faults=faults, migrations=migrations, readonly=readonly)
+    raise InvalidInput(f"unsupported store URL {url!r}; use sqlite:///path/to/stead.db or postgresql://…")
