@@ -28,6 +28,7 @@ __all__ = [
     "FLAGS",
     "WorkerProc",
     "admin_url",
+    "eventually",
     "fresh_database",
     "pg_available",
     "query",
@@ -217,3 +218,20 @@ def start_worker(url: str, definitions: Path, log: Path, *args: str) -> WorkerPr
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     return WorkerProc(proc, log)
+
+
+async def eventually(check: Any, timeout: float, what: str) -> Any:
+    """Await until `check()` (sync or async) returns something truthy; the timeout only bounds a hang."""
+    import asyncio
+    import inspect
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
