@@ -392,8 +392,10 @@ class AgentSystem:
                     rt._settings = json.loads(settings)
                 if resume and pending is not None and not self.closing and rt.owned:
                     rt.restore(pending)
-        if resume and self.fleet is not None and not rt.owned and not self.closing:
-            await self.fleet.try_own(agent_id)  # owned by nobody live: this worker runs it
+        if self.fleet is not None and not rt.owned and not self.closing:
+            if resume or self.fleet.auto or pending is None:
+                # W1: owned by no live worker: this worker runs it (owed work only when it may resume it)
+                await self.fleet.try_own(agent_id)
         return Agent(self.admission, rt, self._approval_source)
 
     @property
@@ -426,6 +428,8 @@ class AgentSystem:
             rt.close_streams()
         async with self.store.transaction() as tx:
             existed = await tx.delete_agent(agent_id)
+            if existed and self.fleet is not None:
+                tx.after_commit(lambda: self.fleet.forget(agent_id) if self.fleet is not None else None)
             if existed and self._env.hooks.wants("agent_deleted_tx"):
                 # layers' rows about the agent go in the same transaction as the agent
                 ctx = HookContext(agent_id, rt.config.name if rt is not None else None, self.store, tx=tx)

@@ -136,6 +136,8 @@ class Fleet:
                     resumed.append(aid)
         elif self.auto:
             with contextlib.suppress(StoreError):
+                # a restarted process takes over at once what its killed predecessor held
+                await self._evict_vanished(0.0)
                 await self.store.sweep(self.config.lease_ttl)
             resumed = await self._claim()
         loop = asyncio.get_running_loop()
@@ -268,6 +270,13 @@ class Fleet:
         self._changed("claimed", agent_id)
         return True
 
+    def forget(self, agent_id: str) -> None:
+        """`agent_id` was deleted: nothing of it is held or run here any more."""
+        rt = self.runtimes.get(agent_id)
+        if rt is not None:
+            rt.owned = False
+        self._forget(agent_id)
+
     def _forget(self, agent_id: str) -> None:
         self.store.drop(agent_id)  # no more fencing for it: a later transaction would only raise again
 
@@ -296,7 +305,7 @@ class Fleet:
             if rt.pending is None and rt.idle:
                 with contextlib.suppress(StoreError):
                     await self.store.release(rt.id)
-                rt.disown()
+                rt.disown(released=True)
                 self._changed("released", rt.id)
                 surplus -= 1
 
@@ -347,6 +356,24 @@ class Fleet:
             )
         for (aid,) in rows:
             self.wake(str(aid))
+
+    async def _evict_vanished(self, min_age: float) -> list[str]:
+        """Fast crash detection: a worker none of whose tagged sessions exists any more is dead (a killed
+        process's sockets close at once; a stopped one keeps them, and waits for the TTL). Its heartbeat must
+        be `min_age` seconds old, so that a PostgreSQL restart, which drops every session for a moment,
+        does not evict workers that are reconnecting. Safety never depends on this: the epoch fences."""
+        async with self.store.transaction() as tx:
+            rows = await tx.fetch(
+                "UPDATE stead_workers w SET state = 'evicted' WHERE w.state <> 'evicted' "
+                "AND strpos(w.host, '#') > 0 AND w.id <> ?::uuid "
+                "AND w.heartbeat_at <= now() - make_interval(secs => ?) "
+                "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() "
+                "AND a.application_name = ? || split_part(w.host, '#', 2)) RETURNING w.id",
+                (self.me, float(min_age), SESSION_PREFIX),
+            )
+        for (wid,) in rows:
+            self._changed("evicted", f"{wid} (its sessions are gone)")
+        return [str(r[0]) for r in rows]
 
     async def _end_frozen_sessions(self) -> int:
         """End the database sessions of evicted workers (by the tag in their `application_name`): a worker
@@ -405,6 +432,7 @@ class Fleet:
             base = self.config.sweep
             await asyncio.sleep(base * random.uniform(0.8, 1.2))
             try:
+                await self._evict_vanished(self.config.heartbeat)
                 evicted = await self.store.sweep(self.config.lease_ttl)
             except StoreError as e:
                 log.warning("worker %s: sweep failed (retrying): %s", self.me, e)

@@ -66,10 +66,13 @@ class AgentRuntime(AgentState):
         another worker owns (`stead.core.fleet`): its handle accepts, reads and aborts, but never runs it."""
 
     # ------------------------------------------------------------------ ownership (stead.core.fleet)
-    def disown(self) -> None:
+    def disown(self, *, released: bool = False) -> None:
         """The lease is gone (lost, or released): stop the loop and the tools without writing or emitting
-        anything, and drop everything this process knew about the agent; the next owner reloads it."""
+        anything, and drop everything this process knew about the agent; the next owner reloads it. A
+        `released` agent (handed over after a drain) keeps its last committed pending record, so its
+        handle still reports the work it owes."""
         self.owned = False
+        pending = self.pending
         current = asyncio.current_task()
         for t in list(self.running.values()):
             if t is not current:
@@ -77,6 +80,8 @@ class AgentRuntime(AgentState):
         if self._loop_task is not None and self._loop_task is not current:
             self._loop_task.cancel()
         self._forget()
+        if released:
+            self.pending = pending
 
     def adopt(self, pending: Pending | None) -> None:
         """This process now owns the agent (a claim): start from what the store says, as after a restart."""
