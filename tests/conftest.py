@@ -20,7 +20,10 @@ import stead
 from tests.fakes.postgres import PgTestServer
 
 TESTS = Path(__file__).parent
-PG_SUITES = (TESTS, TESTS / "store")
+PG_SUITES = tuple(
+    TESTS / d
+    for d in ("", "store", "chaos", "context", "flows", "mcp", "memory", "policy", "realtime", "server")
+)
 """Directories whose `db_url` tests run on both stores (top level: kernel, store, crash points)."""
 
 # Fake model servers (`oai`, `ant`) and an environment without real keys or proxies for every test.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from stead.core.records import Queued
 from stead.errors import StoreCrashed, StoreError
 from stead.providers.scripted import ScriptedProvider
 from stead.store import Faults
+from tests.fakes.postgres import raw_rows
 
 TIMEOUT = 5.0
 
@@ -148,18 +148,14 @@ async def test_A1_concurrent_sends_of_one_id_are_accepted_exactly_once(db_url: s
 
 
 # ---------------------------------------------------------------------------------------------- A2
-async def test_A2_send_returns_only_after_the_durable_write(db_url: str, db_path: Path) -> None:
+async def test_A2_send_returns_only_after_the_durable_write(db_url: str, db_target: Path | str) -> None:
     gate = Gate()
     system, _ = await open_system(db_url, gate)
     async with system:
         agent = await system.create(provider="scripted")
         acc = await agent.send("durable?")
         # a separate connection sees the committed acceptance: it is on disk, not only in memory
-        conn = sqlite3.connect(db_path)
-        try:
-            keys = {r[0] for r in conn.execute("SELECT key FROM kv WHERE agent_id=?", (agent.id,))}
-        finally:
-            conn.close()
+        keys = {r[0] for r in raw_rows(db_target, "SELECT key FROM kv WHERE agent_id=?", (agent.id,))}
         assert f"msg.{acc.id}" in keys
         assert "pending" in keys
         assert any(k.startswith("q.send.") for k in keys)
@@ -382,17 +378,14 @@ async def test_A4_failing_activation_refuses_only_its_own_message_in_a_group_com
 
 
 # ---------------------------------------------------------------------------------------------- A5
-async def test_A5_agent_with_an_unconsumed_message_never_reports_settled(db_url: str, db_path: Path) -> None:
+async def test_A5_agent_with_an_unconsumed_message_never_reports_settled(
+    db_url: str, db_target: Path | str
+) -> None:
     gate = Gate()
     observed: list[tuple[str, bool, bool]] = []
 
     def durable_pending(agent_id: str) -> bool:
-        conn = sqlite3.connect(db_path)
-        try:
-            row = conn.execute("SELECT 1 FROM kv WHERE agent_id=? AND key='pending'", (agent_id,)).fetchone()
-        finally:
-            conn.close()
-        return row is not None
+        return bool(raw_rows(db_target, "SELECT 1 FROM kv WHERE agent_id=? AND key='pending'", (agent_id,)))
 
     holder: dict[str, stead.Agent] = {}
 

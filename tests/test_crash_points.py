@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import sqlite3
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -32,6 +31,7 @@ import pytest
 import stead
 from stead.providers.scripted import ScriptedProvider
 from tests.conftest import tool_results_since_last_user
+from tests.fakes.postgres import raw_rows
 
 AGENT_ID = "crashagent0001"
 MESSAGE_ID = "crashmessage0001"
@@ -122,13 +122,9 @@ async def _prepare(url: str) -> None:
         )
 
 
-def _committed_results(db_path: Path) -> set[str]:
-    """Read the file directly (as a new process would) for the call ids whose result is durable."""
-    conn = sqlite3.connect(db_path)
-    try:
-        rows = conn.execute("SELECT record FROM history WHERE agent_id=?", (AGENT_ID,)).fetchall()
-    finally:
-        conn.close()
+def _committed_results(db: Path | str) -> set[str]:
+    """Read the database directly (as a new process would) for the call ids whose result is durable."""
+    rows = raw_rows(db, "SELECT record FROM history WHERE agent_id=?", (AGENT_ID,))
     return {rec["b"]["i"] for rec in (json.loads(r[0]) for r in rows) if rec["k"] == "t"}
 
 
@@ -191,8 +187,20 @@ def test_the_conversation_exercises_the_store(op_count: int) -> None:
     assert op_count > 40, f"the clean run used only {op_count} store operations"
 
 
-async def test_crash_at_every_store_operation(crash_at: int, op_count: int, tmp_path: Path) -> None:
-    await _crash_and_finish(tmp_path, [crash_at], expect_crash=crash_at < op_count)
+@pytest.fixture
+def crash_db(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> tuple[str, Path | str]:
+    """(store URL, what `raw_rows` reads) of a fresh database of each store kind."""
+    if store_kind == "postgresql":
+        url = str(request.getfixturevalue("pg_url"))
+        return url, url
+    db = tmp_path / "crash.db"
+    return f"sqlite:///{db}?synchronous=off", db
+
+
+async def test_crash_at_every_store_operation(
+    crash_at: int, op_count: int, crash_db: tuple[str, Path | str]
+) -> None:
+    await _crash_and_finish(crash_db, [crash_at], expect_crash=crash_at < op_count)
 
 
 # a second crash during the recovery run (pairs drawn once from a fixed seed)
@@ -200,15 +208,16 @@ _PAIRS = sorted({(r.randrange(0, 80), r.randrange(0, 80)) for r in [random.Rando
 
 
 @pytest.mark.parametrize("first,second", _PAIRS, ids=lambda v: f"op{v:03d}")
-async def test_crash_twice(first: int, second: int, op_count: int, tmp_path: Path) -> None:
-    await _crash_and_finish(tmp_path, [first, second], expect_crash=None)
+async def test_crash_twice(first: int, second: int, op_count: int, crash_db: tuple[str, Path | str]) -> None:
+    await _crash_and_finish(crash_db, [first, second], expect_crash=None)
 
 
-async def _crash_and_finish(tmp_path: Path, crash_points: list[int], expect_crash: bool | None) -> None:
+async def _crash_and_finish(
+    crash_db: tuple[str, Path | str], crash_points: list[int], expect_crash: bool | None
+) -> None:
     executions.clear()
     durable_keys.clear()
-    db = tmp_path / "crash.db"
-    url = f"sqlite:///{db}?synchronous=off"
+    url, db = crash_db
     await _prepare(url)
 
     snapshots: list[tuple[set[str], Counter[str]]] = []

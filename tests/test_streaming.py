@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import stead
 from stead.core import records as R
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import conversation_records
+from tests.fakes.postgres import raw_rows
 
 TIMEOUT = 5.0
 ONE_ATTEMPT = stead.RetryPolicy(max_attempts=1, base_delay=0.0, max_delay=0.0)
@@ -103,18 +103,14 @@ class TwoBlocks:
 
 
 async def test_S1_completed_blocks_are_durable_before_block_end_reaches_observers(
-    db_url: str, db_path: Path
+    db_url: str, db_target: Path | str
 ) -> None:
     provider = TwoBlocks()
     durable_at_block_end: list[bool] = []
 
     def stored_blocks(agent_id: str) -> list[Any]:
-        conn = sqlite3.connect(db_path)
-        try:
-            rows = conn.execute("SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,))
-            return [json.loads(r[0]).get("b") for r in rows]
-        finally:
-            conn.close()
+        rows = raw_rows(db_target, "SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,))
+        return [json.loads(str(r[0])).get("b") for r in rows]
 
     class Check(stead.Hooks):
         def on_event(self, agent_id: str, event: stead.Event) -> None:

@@ -317,3 +317,93 @@ async def test_a_writing_commit_costs_one_round_trip(store: PostgresStore) -> No
         await tx.append(A, ["r1", "r2"])
         await tx.write(A, "kv.x", "1")
     assert store.stats.round_trips - before == 1  # BEGIN, lock, writes and COMMIT in one pipeline sync
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def test_cli_agents_and_history_read_a_postgresql_url(pg_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from stead.cli import app
+
+    async def setup() -> str:
+        async with await stead.open(
+            pg_url, providers={"scripted": ScriptedProvider(tool_loop(k=0))}
+        ) as system:
+            agent = await system.create(provider="scripted", model="m", instructions="hi", name="pg-agent")
+            await agent.send("hello")
+            await agent.wait_idle(timeout=10)
+            return agent.id
+
+    agent_id = asyncio.run(setup())
+    result = CliRunner().invoke(app, ["agents", "--db", pg_url, "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["id"], r["name"], r["owner"], r["epoch"]) for r in rows] == [(agent_id, "pg-agent", None, 0)]
+    result = CliRunner().invoke(app, ["history", agent_id, "--db", pg_url])
+    assert result.exit_code == 0, result.stderr
+    assert "hello" in result.stdout and "done after 0 calls" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------- failures
+def kill_sessions(pg_url: str, app: str) -> int:
+    """Terminate every server session of one application name, as a PostgreSQL restart would."""
+    rows = raw_rows(
+        pg_url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = ?",
+        (app,),
+    )
+    return int(str(rows[0][0]))
+
+
+async def test_lost_connections_are_transient_store_errors_and_the_pool_reconnects(pg_url: str) -> None:
+    store = await open_store(pg_url + "&application_name=stead-loss-test")
+    try:
+        await add_agent(store)  # type: ignore[arg-type]
+        assert kill_sessions(pg_url, "stead-loss-test") >= 1  # idle pooled connections die
+        async with store.transaction() as tx:  # checked on checkout: a fresh connection serves it
+            await tx.write(A, "k", "1")
+
+        with pytest.raises(stead.StoreError) as caught:  # a connection dying inside a transaction
+            async with store.transaction() as tx:
+                await tx.write(A, "k", "2")
+                assert await tx.get(A, "k") == "2"
+                kill_sessions(pg_url, "stead-loss-test")
+                await tx.get(A, "k")
+        assert not isinstance(caught.value, (LeaseLost, stead.StoreCrashed))
+        async with store.transaction() as tx:  # nothing of it committed; the store works on
+            assert await tx.get(A, "k") == "1"
+            await tx.write(A, "k", "3")
+        assert raw_rows(pg_url, "SELECT value FROM kv WHERE key = 'k'") == [("3",)]
+    finally:
+        await store.close()
+
+
+async def test_a_deadlock_between_two_processes_is_a_transient_store_error(pg_url: str) -> None:
+    first = await open_store(pg_url)
+    second = await open_store(pg_url)
+    try:
+        await add_agent(first)  # type: ignore[arg-type]
+        await add_agent(first, B)  # type: ignore[arg-type]
+        locked = [asyncio.Event(), asyncio.Event()]
+
+        async def writer(s: stead.store.Store, me: int, a: str, b: str) -> str:
+            try:
+                async with s.transaction() as tx:
+                    await tx.write(a, "k", "x")
+                    await tx.get(a, "k")  # the row lock is taken (the pipeline was flushed)
+                    locked[me].set()
+                    await locked[1 - me].wait()
+                    await tx.write(b, "k", "x")
+                    await tx.get(b, "k")
+                return "committed"
+            except stead.StoreError as e:
+                return str(e)
+
+        outcomes = await asyncio.wait_for(asyncio.gather(writer(first, 0, A, B), writer(second, 1, B, A)), 30)
+        assert sorted(o == "committed" for o in outcomes) == [False, True]
+        assert any("deadlock" in o and "transient" in o for o in outcomes), outcomes
+    finally:
+        await first.close()
+        await second.close()

@@ -198,9 +198,16 @@ def run(
 
 
 # ---------------------------------------------------------------------------------------------------- agents
-async def _agents(db: str) -> list[stead.AgentInfo]:
+async def _agents(db: str) -> tuple[list[stead.AgentInfo], dict[str, tuple[str | None, int]] | None]:
+    """The agents, and on a PostgreSQL store each one's (owner worker id or None, epoch)."""
     async with inspect_db(db) as system:
-        return await system.agents()
+        infos = await system.agents()
+        owners: dict[str, tuple[str | None, int]] | None = None
+        async with system.store.transaction() as tx:
+            list_owners = getattr(tx, "list_owners", None)
+            if list_owners is not None:
+                owners = await list_owners()
+        return infos, owners
 
 
 @app.command(cls=SteadCommand, short_help="List the agents in the database.")
@@ -211,9 +218,14 @@ def agents(
     """List the agents in the database: id, name, whether each one owes work, when it was created.
 
     Reads the database without owning it, also while another process runs agents in it."""
-    infos = execute(lambda: _agents(db))
+    infos, owners = execute(lambda: _agents(db))
     if as_json:
-        rows = [{"id": a.id, "name": a.name, "active": a.active, "created_at": a.created_at} for a in infos]
+        rows: list[dict[str, object]] = [
+            {"id": a.id, "name": a.name, "active": a.active, "created_at": a.created_at} for a in infos
+        ]
+        if owners is not None:
+            for row in rows:
+                row["owner"], row["epoch"] = owners.get(str(row["id"]), (None, 0))
         typer.echo(json.dumps(rows, indent=2))
         return
     if not infos:
@@ -224,9 +236,15 @@ def agents(
     table.add_column("name")
     table.add_column("active")
     table.add_column("created", no_wrap=True)
+    if owners is not None:
+        table.add_column("owner (epoch)", no_wrap=True)
     for a in infos:
         created = datetime.datetime.fromtimestamp(a.created_at).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(a.id, a.name or "", "yes" if a.active else "no", created)
+        cells = [a.id, a.name or "", "yes" if a.active else "no", created]
+        if owners is not None:
+            owner, epoch = owners.get(a.id, (None, 0))
+            cells.append(f"{owner[:8] if owner else '-'} ({epoch})")
+        table.add_row(*cells)
     out().print(table)
 
 

@@ -82,6 +82,8 @@ def url(db: str) -> str:
     """The store URL of `--db`; an empty value is a usage error."""
     if not db.strip():
         fail("--db is empty: name a database file (e.g. --db stead.db)", 2)
+    if db.startswith(("postgresql://", "postgres://", "sqlite:")):
+        return db  # a store URL (PostgreSQL needs the postgres extra)
     return f"sqlite:///{db}"
 
 

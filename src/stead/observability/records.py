@@ -215,7 +215,7 @@ _UPDATE_PROMPT = (
     "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ?, "
     "input_tokens = COALESCE(input_tokens, 0) + ?, output_tokens = COALESCE(output_tokens, 0) + ?, "
     "cached_tokens = COALESCE(cached_tokens, 0) + ?, "
-    "cost = CASE WHEN ? IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END, "
+    "cost = CASE WHEN CAST(? AS DOUBLE PRECISION) IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END, "
     "latency_ms = ?, ttft_ms = ?, reason = ?, attempts = COALESCE(attempts, 0) + 1 "
     "WHERE run_id = ? AND id = ?"
 )
@@ -272,7 +272,7 @@ async def record_step(
         return sid
     now = time.time()
     done = completed_at if completed_at is not None else (None if status == "running" else now)
-    await tx.execute(
+    await tx.write_sql(
         _INSERT_STEP,
         (
             sid,
@@ -302,7 +302,7 @@ async def rename_step(tx: Tx, run_id: str, step_id: str, name: str) -> None:
     no-op when run records are off or there is no such step."""
     if RECORDS_MODULE not in tx.store.modules:
         return
-    await tx.execute(
+    await tx.write_sql(
         "UPDATE run_steps SET name = COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || ? "
         "WHERE run_id = ? AND id = ?",
         (run_id, name, run_id, step_id),
@@ -322,7 +322,7 @@ async def record_run(
     session — inside `tx`; `end_run` closes it. A no-op with run records off, and for an existing id."""
     if RECORDS_MODULE not in tx.store.modules:
         return
-    await tx.execute(
+    await tx.write_sql(
         "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, session_id, conversation_id, status, "
         "started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
         (
@@ -380,7 +380,7 @@ async def update_step(
         params.extend((usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost))
     if not sets:
         return
-    await tx.execute(
+    await tx.write_sql(
         f"UPDATE run_steps SET {', '.join(sets)} WHERE run_id = ? AND id = ?", (*params, run_id, step_id)
     )
 
@@ -401,14 +401,14 @@ async def end_run(
         return
     now = time.time()
     if final_message is not None:
-        await tx.execute("UPDATE runs SET final_message = ? WHERE id = ?", (final_message, run_id))
-    await tx.execute(_SETTLE_RUN, (status, now, error, run_id, run_id))
-    await tx.execute(
+        await tx.write_sql("UPDATE runs SET final_message = ? WHERE id = ?", (final_message, run_id))
+    await tx.write_sql(_SETTLE_RUN, (status, now, error, run_id, run_id))
+    await tx.write_sql(
         "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
         "WHERE run_id = ? AND status = 'running'",
         ("completed" if status == "completed" else "failed", now, error, run_id),
     )
-    await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
+    await tx.write_sql(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
 
 
 async def record_guardrail(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> str:
@@ -462,7 +462,7 @@ class RunRecorder(Hooks):
         if ctx.restored:
             # The run row was written at acceptance; count the restart. (If records were switched on while
             # the run was in flight, the row is created here without the parent link.)
-            await tx.execute(
+            await tx.write_sql(
                 "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, conversation_id, status, started_at, "
                 "restarts) VALUES (?, ?, ?, ?, ?, 'running', ?, 1) "
                 "ON CONFLICT(id) DO UPDATE SET restarts = runs.restarts + 1",
@@ -500,7 +500,7 @@ class RunRecorder(Hooks):
                 breadcrumb = prefix + SEPARATOR + breadcrumb
         elif metadata and isinstance(metadata.get(SESSION_KEY), str):
             session_id = metadata[SESSION_KEY]
-        await tx.execute(
+        await tx.write_sql(
             "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, parent_run_id, parent_step_id, "
             "session_id, conversation_id, message_id, status, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
@@ -519,7 +519,7 @@ class RunRecorder(Hooks):
         )
         self._publish(tx, run_id, _Live(breadcrumb, guarded=False))
         if parent_step_id is not None:
-            await tx.execute(
+            await tx.write_sql(
                 "UPDATE run_steps SET target_run_id = ? WHERE id = ? AND run_id = ?",
                 (run_id, parent_step_id, parent_run_id),
             )
@@ -527,14 +527,14 @@ class RunRecorder(Hooks):
     # -- responses -------------------------------------------------------------------------------
     async def block_tx(self, ctx: HookContext, block: Any) -> None:
         if ctx.tx is not None and ctx.run_id is not None and isinstance(block, Text) and block.text:
-            await ctx.tx.execute("UPDATE runs SET final_message = ? WHERE id = ?", (block.text, ctx.run_id))
+            await ctx.tx.write_sql("UPDATE runs SET final_message = ? WHERE id = ?", (block.text, ctx.run_id))
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
         await self._prompt(ctx, info)
         if ctx.tx is not None and ctx.run_id is not None and info.usage is not None and info.usage.estimated:
             # the server reported no usage: stead's estimate, shown as `~1,234` (one more statement, only
             # for such servers)
-            await ctx.tx.execute(
+            await ctx.tx.write_sql(
                 "UPDATE run_steps SET estimated = 1 WHERE run_id = ? AND id = ?",
                 (ctx.run_id, info.inference_id),
             )
@@ -569,7 +569,7 @@ class RunRecorder(Hooks):
         live = self._live.get(run_id)
         if live is not None and live.breadcrumb is not None and not live.guarded and inf not in live.prompts:
             # the common case: a fresh inference of a run this process activated — one plain INSERT
-            await tx.execute(
+            await tx.write_sql(
                 _INSERT_NAMED_PROMPT, (inf, run_id, f"{live.breadcrumb}: prompt", info.model, *tail)
             )
             prompts = live.prompts
@@ -587,7 +587,7 @@ class RunRecorder(Hooks):
                     "cached_tokens": cached,
                     "cost": cost,
                 }
-            await tx.execute(
+            await tx.write_sql(
                 _UPDATE_PROMPT,
                 (
                     status,
@@ -624,7 +624,7 @@ class RunRecorder(Hooks):
                 sql, name = _INSERT_NAMED_STEP, (f"{crumb}: {call.name}",)
             else:
                 sql, name = _INSERT_STEP, (run_id, call.name)
-            await tx.execute(
+            await tx.write_sql(
                 sql,
                 (
                     *head,
@@ -645,7 +645,7 @@ class RunRecorder(Hooks):
     async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
         if ctx.tx is None or call.id is None or ctx.run_id is None:
             return
-        await ctx.tx.execute(
+        await ctx.tx.write_sql(
             "UPDATE run_steps SET status = ?, completed_at = ?, output_json = ?, error = ? "
             "WHERE run_id = ? AND id = ?",
             (
@@ -664,11 +664,11 @@ class RunRecorder(Hooks):
         if ctx.tx is None or ctx.run_id is None:
             return
         for call in calls:
-            await ctx.tx.execute(
+            await ctx.tx.write_sql(
                 "UPDATE run_steps SET status = 'awaiting_input' WHERE run_id = ? AND id = ?",
                 (ctx.run_id, call.id),
             )
-        await ctx.tx.execute("UPDATE runs SET status = 'awaiting_input' WHERE id = ?", (ctx.run_id,))
+        await ctx.tx.write_sql("UPDATE runs SET status = 'awaiting_input' WHERE id = ?", (ctx.run_id,))
 
     async def call_decided_tx(
         self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
@@ -678,11 +678,11 @@ class RunRecorder(Hooks):
         status = (
             "running" if decision == "approved" else ("cancelled" if decision == "cancelled" else "failed")
         )
-        await ctx.tx.execute(
+        await ctx.tx.write_sql(
             "UPDATE run_steps SET status = ? WHERE run_id = ? AND id = ? AND status = 'awaiting_input'",
             (status, ctx.run_id, call.id),
         )
-        await ctx.tx.execute(
+        await ctx.tx.write_sql(
             "UPDATE runs SET status = 'running' WHERE id = ? AND status = 'awaiting_input' AND NOT EXISTS "
             "(SELECT 1 FROM run_steps WHERE run_id = ? AND status = 'awaiting_input')",
             (ctx.run_id, ctx.run_id),
@@ -727,12 +727,12 @@ class RunRecorder(Hooks):
             return
         now = time.time()
         status = (ctx.outcome or (Outcome.COMPLETED if error is None else Outcome.FAILED)).value
-        await tx.execute(_SETTLE_RUN, (status, now, error, run_id, run_id))
+        await tx.write_sql(_SETTLE_RUN, (status, now, error, run_id, run_id))
         # steps still open (calls cut off by an abort) end with the run
-        await tx.execute(
+        await tx.write_sql(
             "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
             "WHERE run_id = ? AND status = 'running'",
             ("cancelled" if status == "cancelled" else "failed", now, error or "the run ended", run_id),
         )
-        await tx.execute(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
+        await tx.write_sql(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
         tx.after_commit(lambda: self._live.pop(run_id, None))

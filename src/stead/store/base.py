@@ -97,6 +97,12 @@ class Tx(Protocol):
 
     # --- relational escape hatch for higher layers (observability, memory) ----------------------
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    async def write_sql(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A write statement whose row count the caller does not need. A store may queue it instead of
+        waiting for the server (PostgreSQL pipelines it with the commit); a failure then surfaces at the
+        transaction's next wait or its commit and fails the whole transaction."""
+        ...
+
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     # --- transaction control --------------------------------------------------------------------

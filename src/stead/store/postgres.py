@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -102,6 +102,12 @@ class PgStats:
     round_trips: int = 0
     transactions: int = 0
     rollbacks: int = 0
+    waits: dict[str, int] = field(default_factory=dict)
+    """Round trips by the operation that waited (`commit`, `get`, `execute`, …)."""
+
+    def count(self, op: str) -> None:
+        self.round_trips += 1
+        self.waits[op] = self.waits.get(op, 0) + 1
 
     @property
     def round_trips_per_commit(self) -> float:
@@ -274,7 +280,7 @@ class PostgresStore:
                     await conn.execute(extra, extra_params)
                 await conn.execute(b"COMMIT")
                 await pipe.sync()
-                self.stats.round_trips += 1
+                self.stats.count("lease")
                 return await cur.fetchall() if cur.description is not None else []
         except psycopg.Error as e:
             raise store_error(e, "lease operation failed") from e
@@ -475,12 +481,14 @@ class _PgTx:
     __slots__ = (
         "_pipe",
         "_pipe_cm",
+        "began",
         "broken",
         "callbacks",
         "conn",
         "fenced",
         "locked",
         "notified",
+        "op",
         "open",
         "savepoints",
         "store",
@@ -502,10 +510,14 @@ class _PgTx:
         self.notified: set[str] = set()
         self.broken: StoreError | None = None
         self.wrote = False
+        self.began = False
+        self.op = "begin"
 
     # -- connection and pipeline
-    async def _begin(self) -> Conn:
-        """The first operation: take a connection, enter pipeline mode, queue BEGIN (no wait)."""
+    async def _connect(self) -> Conn:
+        """The first operation: take a connection and enter pipeline mode. A read-only store begins its
+        snapshot here; a writer begins at its first write (`_w`): reads before it run like SQLite's,
+        without a transaction, and a transaction that only reads costs no COMMIT."""
         pool = self.store._require_pool()
         try:
             conn = await pool.getconn()
@@ -515,8 +527,9 @@ class _PgTx:
         try:
             self._pipe_cm = conn.pipeline()
             self._pipe = await self._pipe_cm.__aenter__()
-            begin = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.store.readonly else b"BEGIN"
-            await conn.execute(begin)
+            if self.store.readonly:
+                await conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self.began = True
         except psycopg.Error as e:
             raise store_error(e, "could not begin a transaction") from e
         return conn
@@ -526,31 +539,48 @@ class _PgTx:
             raise StoreError("this transaction has not begun")
         return self.conn
 
-    async def _c(self, name: str, agent_id: str | None = None) -> Conn:
-        """A read (fenced when it touches an agent this process holds)."""
+    def _gate(self, name: str) -> None:
         if not self.open:
             raise StoreError("this transaction has ended")
         if self.broken is not None:
             raise self.broken
         self.store._op(name)
-        conn = self.conn if self.conn is not None else await self._begin()
-        if agent_id is not None and agent_id not in self.fenced:
-            epoch = self.store._held.get(agent_id)
-            if epoch is not None:
-                self.fenced.add(agent_id)
-                self.locked.add(agent_id)
-                await self._send(conn, b"SELECT stead_fence(%s, %s)", (agent_id, epoch))
+        self.op = name
+
+    async def _fence(self, conn: Conn, agent_id: str | None) -> None:
+        """The first touch of an agent this process holds runs the fence (queued, no wait)."""
+        if agent_id is None or agent_id in self.fenced:
+            return
+        epoch = self.store._held.get(agent_id)
+        if epoch is not None:
+            self.fenced.add(agent_id)
+            self.locked.add(agent_id)
+            await self._send(conn, b"SELECT stead_fence(%s, %s)", (agent_id, epoch))
+
+    async def _c(self, name: str, agent_id: str | None = None) -> Conn:
+        """A read (fenced when it touches an agent this process holds)."""
+        self._gate(name)
+        conn = self.conn if self.conn is not None else await self._connect()
+        await self._fence(conn, agent_id)
         return conn
 
     async def _w(self, name: str, agent_id: str | None = None) -> Conn:
-        """A write: refused on a read-only store; the first one per agent locks its row (fence or lock)."""
+        """A write: refused on a read-only store; the first one begins the transaction; the first one per
+        agent locks its row (the fence, or a plain row lock for an agent another process may own)."""
         if self.store.readonly:
             raise ReadOnly(
                 f"{self.store.where} was opened with readonly=True: it can be read, not written "
                 "(open it without readonly=True to write)"
             )
-        conn = await self._c(name, agent_id)
+        self._gate(name)
+        conn = self.conn if self.conn is not None else await self._connect()
+        if not self.began:
+            await self._send(conn, b"BEGIN")
+            self.began = True
+            self.fenced.clear()  # checks made before BEGIN held no lock: fence again inside
+            self.locked.clear()
         self.wrote = True
+        await self._fence(conn, agent_id)
         if agent_id is not None and agent_id not in self.locked:
             self.locked.add(agent_id)
             await self._send(conn, b"SELECT 1 FROM agents WHERE id = %s FOR NO KEY UPDATE", (agent_id,))
@@ -569,29 +599,37 @@ class _PgTx:
         """Run a statement and wait for its rows: one round trip (with everything queued before it)."""
         try:
             cur = await conn.execute(sql, params)
-            self.store.stats.round_trips += 1
+            self.store.stats.count(self.op)
             return await cur.fetchall()
         except psycopg.Error as e:
             raise store_error(e, "store operation failed") from e
 
-    async def _sync_pipeline(self) -> None:
+    async def _sync_pipeline(self, op: str | None = None) -> None:
         if self._pipe is not None:
-            self.store.stats.round_trips += 1
+            self.store.stats.count(op or self.op)
             await self._pipe.sync()
 
     async def commit(self) -> None:
         if self.broken is not None:
             raise self.broken
         conn = self._require_conn()
+        if not self.began:
+            return  # only reads, each already answered: nothing to commit
         try:
             await conn.execute(b"COMMIT")
-            await self._sync_pipeline()
+            await self._sync_pipeline("commit")
         except psycopg.Error as e:
             raise store_error(e, "commit failed") from e
 
     async def rollback(self) -> None:
         conn = self.conn
         if conn is None:
+            return
+        if not self.began:
+            try:
+                await self._sync_pipeline("rollback")  # a queued fence nobody waited for
+            except psycopg.Error:
+                pass
             return
         self.store.stats.rollbacks += 1
         try:
@@ -826,12 +864,21 @@ class _PgTx:
             cur = await conn.execute(_query(sql), tuple(params))
             await self._sync_pipeline()
         except psycopg.Error as e:
-            raise store_error(e, "statement failed") from e
+            raise store_error(e, f"statement failed ({_brief(sql)})") from e
         return cur.rowcount
+
+    async def write_sql(self, sql: str, params: Sequence[Any] = ()) -> None:
+        conn = await self._w("execute")
+        await self._send(conn, _query(sql), tuple(params))
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = await self._c("fetch")
-        return await self._rows(conn, _query(sql), tuple(params))
+        try:
+            return await self._rows(conn, _query(sql), tuple(params))
+        except StoreError as e:
+            if type(e) is StoreError:
+                raise StoreError(f"{e} ({_brief(sql)})") from e
+            raise
 
 
 def _agent(r: Sequence[Any]) -> AgentRow:
@@ -852,6 +899,11 @@ def _encoded(sql: str) -> bytes:
             _ENCODED.clear()
         b = _ENCODED[sql] = sql.encode()
     return b
+
+
+def _brief(sql: str) -> str:
+    text = " ".join(sql.split())
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _first_line(e: BaseException) -> str:

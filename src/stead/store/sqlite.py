@@ -587,5 +587,8 @@ class _SqliteTx:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self._w("execute").execute(sql, tuple(params)).rowcount
 
+    async def write_sql(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._w("execute").execute(sql, tuple(params))
+
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._r("fetch", sql, params).fetchall()
