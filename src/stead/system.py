@@ -392,10 +392,10 @@ class AgentSystem:
                     rt._settings = json.loads(settings)
                 if resume and pending is not None and not self.closing and rt.owned:
                     rt.restore(pending)
-        if self.fleet is not None and not rt.owned and not self.closing:
-            if resume or self.fleet.auto or pending is None:
-                # W1: owned by no live worker: this worker runs it (owed work only when it may resume it)
-                await self.fleet.try_own(agent_id)
+        fleet = self.fleet
+        if fleet is not None and not rt.owned and not self.closing and (resume or fleet.auto or not pending):
+            # W1: owned by no live worker: this worker runs it (owed work only when it may resume it)
+            await fleet.try_own(agent_id)
         return Agent(self.admission, rt, self._approval_source)
 
     @property

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -175,10 +176,7 @@ class Fleet:
                 log.warning(
                     "worker %s: releasing agent %s failed (the sweep moves it): %s", self.me, rt.id, e
                 )
-            rt.disown()
-        if released:
-            with contextlib.suppress(StoreError):
-                await notify_claim(self.store)  # another worker continues at once
+            rt.disown(released=True)  # release() notified `stead_claim`: another worker continues
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(
@@ -257,6 +255,8 @@ class Fleet:
             async with self.store.transaction() as tx:
                 row = await tx.get_agent(agent_id)
                 pending = Pending.decode(await tx.get(agent_id, R.PENDING)) if row is not None else None
+                # C3/P1: the durable effective settings, so that `agent.settings` shows them before a turn
+                settings = await tx.get(agent_id, R.SETTINGS) if row is not None else None
         except LeaseLost:
             self._forget(agent_id)
             return False
@@ -267,6 +267,8 @@ class Fleet:
         if rt is None:
             rt = self.runtimes[agent_id] = AgentRuntime(agent_id, AgentConfig.decode(row.config), self.env)
         rt.adopt(pending)
+        if settings:
+            rt._settings = json.loads(settings)
         self._changed("claimed", agent_id)
         return True
 
