@@ -330,11 +330,13 @@ def cmd_failover(args: argparse.Namespace) -> None:
             b = _worker(url, defs, Path(tmp) / "b.log")
             epoch0 = _q(url, "SELECT epoch FROM agents WHERE id = 'fo'")[0][0]
             t0 = time.monotonic()
-            a.signal(signal.SIGKILL)
+            a.signal(signal.SIGKILL if args.signal == "kill" else signal.SIGSTOP)
             while not _q(url, "SELECT 1 FROM history WHERE agent_id = 'fo' AND epoch > %s", (epoch0,)):
                 time.sleep(0.01)
             samples.append(time.monotonic() - t0)
             b.stop()
+            if args.signal == "stop":
+                a.signal(signal.SIGKILL)
             a.proc.wait(5)
         print(
             json.dumps({"bench": "failover-sample", "round": r, "seconds": round(samples[-1], 2)}), flush=True
@@ -343,6 +345,7 @@ def cmd_failover(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "bench": "failover",
+                "signal": args.signal,
                 "defaults": "ttl 10 s, heartbeat 2 s, sweep 2 s +-20 %",
                 "n": len(samples),
                 "p50_s": round(pct(samples, 50), 2),
@@ -441,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200)
     p = sub.add_parser("failover")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--signal", choices=["kill", "stop"], default="kill", help="stop: only the TTL detects it")
     p = sub.add_parser("zombie")
     p.add_argument("--agents", type=int, default=6)
     p = sub.add_parser("fleet")

@@ -372,6 +372,7 @@ class AgentSystem:
             self._check_writable()
         rt = self._runtimes.get(agent_id)
         pending: Pending | None = None
+        known: tuple[AgentConfig, Pending | None, str | None] | None = None  # as read here
         if rt is None:
             if not is_valid_user_id(agent_id):
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
@@ -382,6 +383,7 @@ class AgentSystem:
                 pending = Pending.decode(await tx.get(agent_id, PENDING)) if row is not None else None
             if row is None:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
+            known = (AgentConfig.decode(row.config), pending, settings)
             rt = self._runtimes.get(agent_id)
             if rt is None:
                 rt = self._runtimes[agent_id] = AgentRuntime(
@@ -393,9 +395,10 @@ class AgentSystem:
                 if resume and pending is not None and not self.closing and rt.owned:
                     rt.restore(pending)
         fleet = self.fleet
-        if fleet is not None and not rt.owned and not self.closing and (resume or fleet.auto or not pending):
+        idle = known is not None and known[1] is None
+        if fleet is not None and not rt.owned and not self.closing and (resume or fleet.auto or idle):
             # W1: owned by no live worker: this worker runs it (owed work only when it may resume it)
-            await fleet.try_own(agent_id)
+            await fleet.try_own(agent_id, known)
         return Agent(self.admission, rt, self._approval_source)
 
     @property

@@ -215,8 +215,12 @@ class Fleet:
             self._changed("created", agent_id)
         return bool(rows)
 
-    async def try_own(self, agent_id: str) -> bool:
-        """Take `agent_id` if nobody live owns it and capacity allows, and start it if it owes work."""
+    async def try_own(
+        self, agent_id: str, known: tuple[AgentConfig, Pending | None, str | None] | None = None
+    ) -> bool:
+        """Take `agent_id` if nobody live owns it and capacity allows, and start it if it owes work.
+        `known`: its config, pending record and settings as the caller just read them (no second read:
+        nobody else could have written them, the agent had no live owner)."""
         rt = self.runtimes.get(agent_id)
         if rt is not None and rt.owned:
             return True
@@ -233,7 +237,7 @@ class Fleet:
         if not rows:
             return False
         self.store.hold(agent_id, int(rows[0][0]))
-        return await self._adopt(agent_id)
+        return await self._adopt(agent_id, known)
 
     async def _claim(self) -> list[str]:
         """Claim owed, unowned agents up to the free capacity and start them."""
@@ -249,8 +253,13 @@ class Fleet:
                 started.append(aid)
         return started
 
-    async def _adopt(self, agent_id: str) -> bool:
+    async def _adopt(
+        self, agent_id: str, known: tuple[AgentConfig, Pending | None, str | None] | None = None
+    ) -> bool:
         """This worker now holds `agent_id`: read its row and pending record (fenced) and run it."""
+        if known is not None:
+            config, pending, settings = known
+            return self._start(agent_id, config, pending, settings)
         try:
             async with self.store.transaction() as tx:
                 row = await tx.get_agent(agent_id)
@@ -263,9 +272,14 @@ class Fleet:
         if row is None:
             self._forget(agent_id)
             return False
+        return self._start(agent_id, AgentConfig.decode(row.config), pending, settings)
+
+    def _start(
+        self, agent_id: str, config: AgentConfig, pending: Pending | None, settings: str | None
+    ) -> bool:
         rt = self.runtimes.get(agent_id)
         if rt is None:
-            rt = self.runtimes[agent_id] = AgentRuntime(agent_id, AgentConfig.decode(row.config), self.env)
+            rt = self.runtimes[agent_id] = AgentRuntime(agent_id, config, self.env)
         rt.adopt(pending)
         if settings:
             rt._settings = json.loads(settings)
@@ -352,10 +366,9 @@ class Fleet:
         ids = [a for a in self.owned() if self.runtimes[a]._loop_task is None]
         if not ids:
             return
-        async with self.store.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT agent_id FROM kv WHERE key = ? AND agent_id = ANY(?)", (R.PENDING, ids)
-            )
+        rows = await self._sql(
+            "SELECT agent_id FROM kv WHERE key = %s AND agent_id = ANY(%s)", (R.PENDING, ids)
+        )
         for (aid,) in rows:
             self.wake(str(aid))
 
@@ -364,15 +377,14 @@ class Fleet:
         process's sockets close at once; a stopped one keeps them, and waits for the TTL). Its heartbeat must
         be `min_age` seconds old, so that a PostgreSQL restart, which drops every session for a moment,
         does not evict workers that are reconnecting. Safety never depends on this: the epoch fences."""
-        async with self.store.transaction() as tx:
-            rows = await tx.fetch(
-                "UPDATE stead_workers w SET state = 'evicted' WHERE w.state <> 'evicted' "
-                "AND strpos(w.host, '#') > 0 AND w.id <> ?::uuid "
-                "AND w.heartbeat_at <= now() - make_interval(secs => ?) "
-                "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() "
-                "AND a.application_name = ? || split_part(w.host, '#', 2)) RETURNING w.id",
-                (self.me, float(min_age), SESSION_PREFIX),
-            )
+        rows = await self._sql(
+            "UPDATE stead_workers w SET state = 'evicted' WHERE w.state <> 'evicted' "
+            "AND strpos(w.host, '#') > 0 AND w.id <> %s::uuid "
+            "AND w.heartbeat_at <= now() - make_interval(secs => %s) "
+            "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = current_database() "
+            "AND a.application_name = %s || split_part(w.host, '#', 2)) RETURNING w.id",
+            (self.me, float(min_age), SESSION_PREFIX),
+        )
         for (wid,) in rows:
             self._changed("evicted", f"{wid} (its sessions are gone)")
         return [str(r[0]) for r in rows]
@@ -383,22 +395,27 @@ class Fleet:
         pipelined transaction never counts as idle for `idle_in_transaction_session_timeout`. Only sessions
         in a transaction that began before the eviction could have happened are ended; a tag a live
         registration still uses (the same process, re-registered) is left alone."""
-        async with self.store.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN stead_workers w "
-                "ON w.state = 'evicted' AND strpos(w.host, '#') > 0 "
-                "AND a.application_name = ? || split_part(w.host, '#', 2) "
-                "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
-                "AND a.xact_start IS NOT NULL "
-                # only sessions from before the eviction (a worker continued later reconnects)
-                "AND a.backend_start < w.heartbeat_at + make_interval(secs => ?) "
-                "AND NOT EXISTS (SELECT 1 FROM stead_workers l WHERE l.state <> 'evicted' "
-                "AND l.host = w.host)",
-                (SESSION_PREFIX, float(self.config.lease_ttl)),
-            )
+        rows = await self._sql(
+            "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN stead_workers w "
+            "ON w.state = 'evicted' AND strpos(w.host, '#') > 0 "
+            "AND a.application_name = %s || split_part(w.host, '#', 2) "
+            "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+            "AND a.xact_start IS NOT NULL "
+            # only sessions from before the eviction (a worker continued later reconnects)
+            "AND a.backend_start < w.heartbeat_at + make_interval(secs => %s) "
+            "AND NOT EXISTS (SELECT 1 FROM stead_workers l WHERE l.state <> 'evicted' "
+            "AND l.host = w.host)",
+            (SESSION_PREFIX, float(self.config.lease_ttl)),
+        )
         if rows:
             log.warning("worker %s: ended %d session(s) of evicted workers", self.me, len(rows))
         return len(rows)
+
+    async def _sql(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """One short autocommit statement of the fleet's own bookkeeping, outside every stead transaction
+        (the store's lease-operation path: not an agent's store operation, never fault-injected)."""
+        rows: list[tuple[Any, ...]] = await self.store._one(sql.encode(), params)
+        return rows
 
     async def _remote_abort(self, agent_id: str) -> None:
         await notify_abort(self.store, agent_id)
