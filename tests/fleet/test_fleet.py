@@ -100,6 +100,16 @@ async def test_W1_a_client_accepts_and_one_worker_runs_the_agent_and_keeps_it(pg
         assert users == ["w1-m1", "w1-m2"]
 
 
+async def test_W1_a_client_run_returns_the_result_of_the_run_a_worker_ran(pg_url: str) -> None:
+    async with open_node(pg_url, tools=[step]) as w, open_node(pg_url, tools=[step], run_agents=False) as c:
+        agent = await c.create(provider="scripted", tools=["step"], agent_id="fleet-run")
+        result = await asyncio.wait_for(agent.run("hello", id="run-m1"), TIMEOUT)
+        assert result.text == "answer to hello" and result.outcome is stead.Outcome.COMPLETED
+        assert w.fleet is not None and w.fleet.owned() == ["fleet-run"]
+        again = await asyncio.wait_for(agent.run("hello", id="run-m1"), TIMEOUT)  # A3: not sent twice
+        assert again.run_id == result.run_id
+
+
 async def test_W2_a_lost_lease_stops_the_loop_for_good_writing_and_emitting_nothing(pg_url: str) -> None:
     started, gate = asyncio.Event(), asyncio.Event()
 
