@@ -410,7 +410,14 @@ def cmd_fleet(args: argparse.Namespace) -> None:
             wall = time.monotonic() - t0
             owners = _q(url, "SELECT count(DISTINCT owner) FROM agents")[0][0]
             for p in procs:
-                p.stop()
+                try:
+                    p.stop()
+                except subprocess.TimeoutExpired:
+                    p.signal(signal.SIGUSR1)
+                    time.sleep(1)
+                    print(p.text()[-3000:], file=sys.stderr)
+                    p.proc.kill()
+                    raise
         runs = args.agents * args.rounds
         print(
             json.dumps(

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -51,6 +51,21 @@ async def _run(db: str, definitions: Path | None, config: FleetConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, on_signal)
+
+    def report() -> None:  # SIGUSR1: what this worker runs, and where each of its tasks waits
+        _line(f"runs {len(fleet.owned())} agent(s): {', '.join(fleet.owned()) or '-'}")
+        for task in asyncio.all_tasks():
+            frames = []
+            coro: Any = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None)
+                if frame is not None:
+                    frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                coro = getattr(coro, "cr_await", None)
+            _line(f"task {task.get_name()}: {' > '.join(frames)}")
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGUSR1, report)
 
     shown: list[str] = []
 
