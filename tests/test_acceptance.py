@@ -540,6 +540,7 @@ async def test_A7_invalid_input_is_refused_before_any_write(
     async with system:
         agent = await system.create(provider="scripted")
         ops = system.store.ops
+        kwargs = dict(kwargs)  # the parametrized dict is shared by the store parametrizations
         content = kwargs.pop("content")
         for deliver in (agent.send, agent.steer):
             with pytest.raises(error) as info:

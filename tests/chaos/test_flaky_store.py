@@ -35,13 +35,13 @@ class FailOnce(stead.store.Faults):
             raise stead.StoreError(f"transient store failure (injected) at {op}")
 
 
-async def test_group_commit_release_failure_refuses_only_that_sender(tmp_path: Path) -> None:
+async def test_group_commit_release_failure_refuses_only_that_sender(db_url: str) -> None:
     """Found by the flaky chaos run: when the savepoint of one sender in a group commit failed at its
     RELEASE, that sender was told its message was refused while the message committed anyway, and the
     outcomes of the others shifted by one (a ValueError in the flush task, senders answered wrongly).
     The failing group commit makes the group retry with one savepoint per sender; its first RELEASE fails."""
     faults = FailOnce("commit", "release")
-    url = f"sqlite:///{tmp_path / 'g.db'}"
+    url = db_url
     system = await stead.open(
         url, providers={"scripted": ScriptedProvider(lambda r: [stead.Text("ok")])}, faults=faults
     )
@@ -69,12 +69,12 @@ async def test_flaky_store_seed(seed: int, tmp_path: Path) -> None:
     assert result.ok, "\n".join([*result.violations, "replay: " + H.replay_command(seed, flaky=True)])
 
 
-async def test_abort_while_the_loop_waits_to_retry_a_store_error(tmp_path: Path) -> None:
+async def test_abort_while_the_loop_waits_to_retry_a_store_error(db_url: str) -> None:
     """Found by the flaky chaos run: an abort that arrived while the loop slept before retrying a stage
     after a transient store error escaped the loop's abort handling: `abort()` returned, nothing settled,
     the pending record stayed and the agent was stranded (never idle, later aborts ignored)."""
     faults = FailOnce("read_prefix")  # acceptance never reads a prefix; the loop's first stage does
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+    url = db_url
     system = await stead.open(
         url, providers={"scripted": ScriptedProvider(lambda r: [stead.Text("ok")])}, faults=faults
     )
@@ -94,11 +94,11 @@ async def test_abort_while_the_loop_waits_to_retry_a_store_error(tmp_path: Path)
         assert len(queued) == 1  # X1: already-queued messages stay queued
 
 
-async def test_abort_before_the_loop_task_first_ran(tmp_path: Path) -> None:
+async def test_abort_before_the_loop_task_first_ran(db_url: str) -> None:
     """Found by the chaos run: an abort that cancelled the agent's loop task before its first step (work
     was just accepted, the task was created but not yet scheduled) left a dead task in place of the loop:
     the abort settled nothing, the agent stayed active forever, and no later message could restart it."""
-    url = f"sqlite:///{tmp_path / 'b.db'}"
+    url = db_url
     system = await stead.open(url, providers={"scripted": ScriptedProvider(lambda r: [stead.Text("ok")])})
     async with system:
         agent = await system.create(provider="scripted", model="m", agent_id="agenta")
@@ -127,12 +127,12 @@ class _Recorder(stead.Hooks):
         self.events.append(("settled", ctx.run_id, error))
 
 
-async def test_a_restored_period_aborted_before_its_first_stage(tmp_path: Path) -> None:
+async def test_a_restored_period_aborted_before_its_first_stage(db_url: str) -> None:
     """Found by the kill chaos run (X3): an agent restored after a restart and aborted before its first
     stage ran kept its "restored" flag, so the next, fresh active period announced `restored=True`."""
     from stead.core.records import Pending
 
-    url = f"sqlite:///{tmp_path / 'r.db'}"
+    url = db_url
     provider = ScriptedProvider(lambda r: [stead.Text("ok")])
     async with await stead.open(url, providers={"scripted": provider}) as system:
         agent = await system.create(provider="scripted", model="m", agent_id="agenta")
@@ -156,12 +156,12 @@ async def test_a_restored_period_aborted_before_its_first_stage(tmp_path: Path) 
     assert next(e for e in hooks.events if e[0] == "settled")[1:] == ("runbeforekill", "aborted")
 
 
-async def test_an_abort_before_history_was_loaded_keeps_the_mirror_whole(tmp_path: Path) -> None:
+async def test_an_abort_before_history_was_loaded_keeps_the_mirror_whole(db_url: str) -> None:
     """Found by the kill chaos run: an agent whose history was not loaded yet in this process (it was
     idle at open) and whose first turn was aborted before it loaded anything published the abort's records
     into an empty mirror; later turns then sent the provider a conversation without its past (memory no
     longer equal to what a reload rebuilds, R4)."""
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+    url = db_url
     provider = ScriptedProvider(lambda r: [stead.Text(f"answer {len(r.messages)}")])
     async with await stead.open(url, providers={"scripted": provider}) as system:
         agent = await system.create(provider="scripted", model="m", agent_id="agenta")

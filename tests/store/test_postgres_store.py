@@ -407,3 +407,30 @@ async def test_a_deadlock_between_two_processes_is_a_transient_store_error(pg_ur
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_tool_loop_conversation_costs_at_most_two_and_a_half_round_trips_per_commit(
+    pg_url: str,
+) -> None:
+    @stead.tool
+    async def add(a: int, b: int) -> int:
+        "Add two integers."
+        return a + b
+
+    async with await stead.open(
+        pg_url, providers={"scripted": ScriptedProvider(tool_loop())}, tools=[add]
+    ) as system:
+        store = system.store
+        assert isinstance(store, PostgresStore)
+        agent = await system.create(provider="scripted", model="any", instructions="be brief", tools=["add"])
+        commits, trips, writing = (
+            store.stats.commits,
+            store.stats.round_trips,
+            store.stats.writing_round_trips,
+        )
+        await agent.send("hello")
+        await agent.wait_idle(timeout=10)
+        assert store.stats.commits - commits == 12  # the same commits as on SQLite
+        # every writing commit: its writes and COMMIT in one pipeline sync, plus the reads it must answer
+        assert (store.stats.writing_round_trips - writing) / 12 <= 2.5
+        assert (store.stats.round_trips - trips) / 12 <= 4  # read-only transactions (turn reloads) included

@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "CLAIM",
+    "FORGET_WORKERS",
     "HEARTBEAT",
     "NOTIFY_CLAIM",
     "OWNED",
@@ -50,6 +51,12 @@ SWEEP_AGENTS = (
 )
 
 # owed work: a `pending` record, or an unconsumed queue entry (`q.` keys); unowned; up to n
+# evicted workers that own nothing and went silent over an hour ago (kept that long for audits and logs)
+FORGET_WORKERS = (
+    b"DELETE FROM stead_workers w WHERE w.state = 'evicted' AND w.heartbeat_at < now() - interval '1 hour' "
+    b"AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.owner = w.id)"
+)
+
 CLAIM = (
     b"UPDATE agents a SET owner = %s, epoch = a.epoch + 1, owned_since = now() "
     b"FROM (SELECT a2.id FROM agents a2 WHERE a2.owner IS NULL AND EXISTS ("

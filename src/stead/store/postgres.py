@@ -104,6 +104,9 @@ class PgStats:
     rollbacks: int = 0
     waits: dict[str, int] = field(default_factory=dict)
     """Round trips by the operation that waited (`commit`, `get`, `execute`, …)."""
+    writing_round_trips: int = 0
+    """Round trips of committed writing transactions only (their reads included): per commit, what a
+    durable state change costs."""
 
     def count(self, op: str) -> None:
         self.round_trips += 1
@@ -111,7 +114,12 @@ class PgStats:
 
     @property
     def round_trips_per_commit(self) -> float:
+        """Every round trip (read-only transactions and lease operations included) per commit."""
         return self.round_trips / self.commits if self.commits else 0.0
+
+    @property
+    def round_trips_per_writing_commit(self) -> float:
+        return self.writing_round_trips / self.commits if self.commits else 0.0
 
 
 _current: ContextVar[_PgTx | None] = ContextVar("stead_pg_tx", default=None)
@@ -323,9 +331,11 @@ class PostgresStore:
     async def sweep(self, ttl_s: float) -> list[str]:
         """Evict workers whose heartbeat is older than `ttl_s` (database clock) and release the agents of
         every evicted or vanished worker with epoch + 1 (skipping rows a transaction holds: the next sweep
-        gets them). Returns the ids of the workers evicted by this call."""
-        evicted = await self._one(lease.SWEEP_WORKERS, (float(ttl_s),))
-        await self._one(lease.SWEEP_AGENTS, ())
+        gets them), and forget evicted workers that own nothing and went silent over an hour ago. Returns
+        the ids of the workers evicted by this call."""
+        evicted = await self._one(
+            lease.SWEEP_WORKERS, (float(ttl_s),), (lease.SWEEP_AGENTS, ()), (lease.FORGET_WORKERS, ())
+        )  # one transaction, one round trip
         return [str(r[0]) for r in evicted]
 
     async def claim(self, n: int) -> list[tuple[str, int]]:
@@ -407,14 +417,15 @@ class _TxContext:
                 committed = True
                 if tx.wrote:
                     store.stats.commits += 1
+                    store.stats.writing_round_trips += store.stats.round_trips - tx.trips_before
         finally:
             tx.open = False
-            if not committed:
-                await tx.rollback()
-            await tx.finish()
-            if store._crashed:
-                await store._crash()
-            store._lock.release()
+            try:
+                # shielded: a task cancelled while it ends its transaction (abort, kill, LeaseLost) still
+                # rolls back and returns its connection to the pool
+                await asyncio.shield(_end(store, tx, committed))
+            finally:
+                store._lock.release()
         if et is not None:
             # rolled back: its after-commit callbacks never run. A lost lease stays held (so every later
             # write of this process to that agent keeps failing the fence) until the runtime drops it.
@@ -424,6 +435,14 @@ class _TxContext:
                 fn()
             except Exception:  # an after-commit failure is logged, never raised into a committed caller
                 log.exception("after-commit callback failed")
+
+
+async def _end(store: PostgresStore, tx: _PgTx, committed: bool) -> None:
+    if not committed:
+        await tx.rollback()
+    await tx.finish()
+    if store._crashed:
+        await store._crash()
 
 
 class _Savepoint:
@@ -493,6 +512,7 @@ class _PgTx:
         "savepoints",
         "store",
         "task",
+        "trips_before",
         "wrote",
     )
 
@@ -510,6 +530,7 @@ class _PgTx:
         self.notified: set[str] = set()
         self.broken: StoreError | None = None
         self.wrote = False
+        self.trips_before = store.stats.round_trips
         self.began = False
         self.op = "begin"
 
