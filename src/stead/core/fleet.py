@@ -501,13 +501,17 @@ class Fleet:
                     delay = 0.05
                     self._kick.set()  # rescan and claim: notifications sent while not listening are lost
                     while True:
-                        async for n in conn.notifies(timeout=30.0):
-                            self._notified(n.channel, n.payload)
+                        stream = conn.notifies(timeout=30.0)
+                        try:
+                            async for n in stream:
+                                self._notified(n.channel, n.payload)
+                        finally:
+                            await stream.aclose()  # it holds the connection's lock until closed
                         await conn.execute("SELECT 1")  # a dead connection shows here
                 finally:
                     self.listening = False
                     with contextlib.suppress(Exception):
-                        await conn.close()
+                        await asyncio.wait_for(conn.close(), 2.0)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # psycopg.Error, OSError: reconnect; the poll covers the gap
