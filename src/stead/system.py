@@ -457,6 +457,9 @@ class AgentSystem:
             self._runtimes[row.id] = rt
             self.restored.append(row.id)
             rt.restore(pending)
+        self._log_restored()
+
+    def _log_restored(self) -> None:
         if self.restored:
             # visible on purpose: opening a store as its owner runs the work its agents still owe
             shown = ", ".join(
@@ -761,6 +764,7 @@ async def open_system(
         elif system.fleet is not None:
             only = None if restore is True or restore is False else set(restore)
             system.restored = await system.fleet.start(only)
+            system._log_restored()
         elif restore is True:
             await system._restore()
         elif restore:

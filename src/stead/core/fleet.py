@@ -149,7 +149,7 @@ class Fleet:
         ]
         if self.config.listen:
             self._listener = loop.create_task(self._listen_loop(), name="stead-fleet-listen")
-        return resumed
+        return [a for a in resumed if self.runtimes[a].pending is not None]
 
     async def stop(self) -> None:
         """Graceful drain: every owned agent stops before its next provider request and is released to
@@ -363,7 +363,13 @@ class Fleet:
     async def _rescan(self) -> None:
         """Wake every owned agent whose pending record exists in the store but whose loop is not running
         (a notification may have been missed: reconnect, poll)."""
-        ids = [a for a in self.owned() if self.runtimes[a]._loop_task is None]
+        # a blocked agent (no provider here) or one waiting for decisions has nothing new to do: only new
+        # input (a notification, an acceptance here) wakes it, or it would run a stage every poll
+        ids = [
+            a
+            for a in self.owned()
+            if (rt := self.runtimes[a])._loop_task is None and rt.blocked is None and not rt.waiting
+        ]
         if not ids:
             return
         rows = await self._sql(
