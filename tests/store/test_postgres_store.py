@@ -434,3 +434,24 @@ async def test_a_tool_loop_conversation_costs_at_most_two_and_a_half_round_trips
         # every writing commit: its writes and COMMIT in one pipeline sync, plus the reads it must answer
         assert (store.stats.writing_round_trips - writing) / 12 <= 2.5
         assert (store.stats.round_trips - trips) / 12 <= 4  # read-only transactions (turn reloads) included
+
+
+def test_url_options_are_stead_s_or_libpq_s_and_passwords_stay_out_of_messages() -> None:
+    from stead.store.postgres import parse_postgres_url, redact
+
+    conninfo, options = parse_postgres_url(
+        "postgres://u:secret@db:5433/app?pool_min=3&pool_max=20&pool_timeout=2.5&options=-c%20x%3D1&sslmode=disable"
+    )
+    assert options == {"pool_min": 3, "pool_max": 20, "pool_timeout": 2.5}
+    assert conninfo == "postgresql://u:secret@db:5433/app?options=-c%20x%3D1&sslmode=disable"  # %20, not '+'
+    assert redact("postgresql://u:secret@db/app") == "postgresql://u:***@db/app"
+    with pytest.raises(stead.InvalidInput):
+        parse_postgres_url("postgresql://db/app?pool_max=many")
+
+
+async def test_an_unreachable_server_is_a_store_error_naming_the_url_without_its_password() -> None:
+    with pytest.raises(
+        stead.StoreError, match=r"cannot connect to postgresql://u:\*\*\*@127\.0\.0\.1:1/x"
+    ) as e:
+        await open_store("postgresql://u:pw@127.0.0.1:1/x?pool_timeout=1")
+    assert "pw" not in str(e.value)
