@@ -5,9 +5,9 @@ Tools (one per flag): `work_default`, `work_durable`, `work_tx` (transactional).
 `start <call id> <pid> <epoch> <flag> <agent id>` to `tools.log` and fsyncs it before doing anything.
 A default or durable tool running in the process with pid P blocks while the file `hold-P` exists (it
 first writes `blocked-P`), so a test can kill or stop a worker inside a tool; `work_tx` blocks while
-`holdtx-P` exists (writing `blockedtx-P`) inside its transaction after a round trip, holding the agent's
-row lock (and the process's store, which runs one transaction at a time). `work_tx` commits its effect
-`fx.<call id>` in the result's transaction (at most once, whatever happens to the process).
+`holdtx-P` names its agent (writing `blockedtx-P`) inside its transaction after a round trip, holding
+the agent's row lock (and the process's store, which runs one transaction at a time). `work_tx` commits
+its effect `fx.<call id>` in the result's transaction (at most once, whatever happens to the process).
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ def _log(ctx, flag):
         os.close(fd)
 
 
-async def _hold(kind="hold"):
+async def _hold(kind="hold", agent_id=None):
     hold = HERE / f"{kind}-{os.getpid()}"
-    if hold.exists():
+    if hold.exists() and (agent_id is None or hold.read_text() == agent_id):
         (HERE / f"{kind.replace('hold', 'blocked')}-{os.getpid()}").write_text("1")
         while hold.exists():
             await asyncio.sleep(0.02)
@@ -155,7 +155,7 @@ async def work_tx(ctx: stead.ToolContext, tag: str) -> str:
     tx = ctx.tx
     await tx.write(ctx.agent_id, "fx." + ctx.call_id, tag)
     await tx.fetch("SELECT 1")  # a round trip: the fence ran, the agent's row is locked now
-    await _hold("holdtx")
+    await _hold("holdtx", ctx.agent_id)
     return f"tx:{tag}"
 '''
 
@@ -317,8 +317,18 @@ def run_fleet_scenario(tmp_path: Path, n: int, *, a_action: str = "kill", b_in_t
             # and inside a transaction: one more message for a transactional agent of B
             tx_agents = sorted(x for x in b_agents if FLAGS[int(x[2:]) % 3] == "tx")
             if b_in_tx and tx_agents:
+                # its earlier messages must be done first: a transaction blocked on one of them would
+                # hold the row lock the next acceptance needs
                 tx_agent = tx_agents[0]
-                (defs / f"holdtx-{b.pid}").write_text("1")
+
+                def tx_idle() -> bool:
+                    sql = (
+                        "SELECT count(*) FROM kv WHERE agent_id = %s AND (key = 'pending' OR key LIKE 'q.%%')"
+                    )
+                    return query(url, sql, (tx_agent,))[0][0] == 0
+
+                wait_for(tx_idle, 60, "B's transactional agent to finish its first messages")
+                (defs / f"holdtx-{b.pid}").write_text(tx_agent)
                 accepted[tx_agent].append(asyncio.run(_send_one(url, defs, tx_agent, f"{tx_agent}-m3")))
                 wait_for(lambda: (defs / f"blockedtx-{b.pid}").exists(), 30, "B blocked in a transaction")
             stopped = [b]
