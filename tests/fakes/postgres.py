@@ -36,7 +36,7 @@ class PgTestServer:
         self.database: str | None = None
         self.url: str | None = None
         self.error: str | None = None
-        self._schemas: list[str] = []
+        self._schemas: dict[str, str] = {}  # url -> schema
 
     def start(self) -> None:
         try:
@@ -58,18 +58,23 @@ class PgTestServer:
         assert self.url is not None
         schema = f"t_{secrets.token_hex(6)}"
         with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(b"SET synchronous_commit = off")
             conn.execute(f"CREATE SCHEMA {schema}".encode())
-        self._schemas.append(schema)
-        query = "options=" + quote(f"-csearch_path={schema}")
+        # like the SQLite tests' synchronous=normal: commits are visible to every session at once, only a
+        # crash of the server itself could lose the last ones
+        query = "options=" + quote(f"-csearch_path={schema} -csynchronous_commit=off")
         for k, v in options.items():
             query += f"&{k}={quote(v)}"
-        return f"{self.url}?{query}"
+        url = f"{self.url}?{query}"
+        self._schemas[url] = schema
+        return url
 
     def drop_schema(self, url: str) -> None:
-        schema = url.split("search_path%3D", 1)[1].split("&", 1)[0]
+        schema = self._schemas.pop(url)
         try:
             with psycopg.connect(self.url or "", autocommit=True) as conn:
                 conn.execute(b"SET lock_timeout = '5s'")
+                conn.execute(b"SET synchronous_commit = off")
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
         except psycopg.Error:  # pragma: no cover - a test left a session holding locks; the db drop cleans up
             pass
