@@ -2,6 +2,7 @@
 
     python scripts/chaos.py --seeds 1000 [--start S] [--flaky] [--jobs 2]
     python scripts/chaos.py --seed N [--flaky]          # replay one seed, printing every violation
+    python scripts/chaos.py --pg-fleet --seeds 10        # PostgreSQL fleet mode (docs/chaos.md)
 
 Each seed runs in its own process (at most --jobs at a time). Prints progress, a summary, and for every
 failing seed a one-line command that replays it; exits non-zero on any invariant violation.
@@ -34,7 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="replay exactly this seed")
     ap.add_argument("--flaky", action="store_true", help="flaky-store mode (in-process, no kills)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel processes (default 2)")
+    ap.add_argument(
+        "--pg-fleet",
+        action="store_true",
+        help="PostgreSQL fleet mode: three `stead worker` processes, random SIGKILL/SIGSTOP (sequential)",
+    )
     args = ap.parse_args(argv)
+    if args.pg_fleet:
+        return _pg_fleet(args)
     if args.seed is not None:
         seeds = [args.seed]
     else:
@@ -71,6 +79,40 @@ def main(argv: list[str] | None = None) -> int:
     print("  exercised: " + ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
     for r in sorted(failed, key=lambda r: r.seed):
         print(f"  failing: {H.replay_command(r.seed, args.flaky)}")
+    return 1 if failed else 0
+
+
+def _pg_fleet(args: argparse.Namespace) -> int:
+    """Each seed: 6–15 agents on three workers; A is SIGKILLed or SIGSTOPped, B SIGSTOPped (half of the
+    seeds also inside a transaction); the decisive test's invariants are checked (tests/fakes/fleet.py)."""
+    import random
+    import tempfile
+    import traceback
+
+    from tests.fakes.fleet import run_fleet_scenario
+
+    seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + (args.seeds or 5)))
+    print(f"chaos (PostgreSQL fleet): {len(seeds)} seed(s) from {seeds[0]}", flush=True)
+    failed = []
+    t0 = time.monotonic()
+    for seed in seeds:
+        rng = random.Random(seed)
+        n, a_action, b_in_tx = rng.randrange(6, 16), rng.choice(["kill", "stop"]), rng.random() < 0.5
+        with tempfile.TemporaryDirectory(prefix="stead-chaos-pg-") as tmp:
+            try:
+                run_fleet_scenario(Path(tmp), n, a_action=a_action, b_in_tx=b_in_tx)
+                print(
+                    f"  seed {seed}: ok ({n} agents, A {a_action}, B stopped{' in a tx' if b_in_tx else ''})"
+                )
+            except Exception as e:
+                failed.append(seed)
+                print(f"FAIL seed {seed} ({n} agents, A {a_action}, B tx={b_in_tx}): {e!r}"[:600])
+                traceback.print_exc(limit=3)
+                print(f"  replay: python scripts/chaos.py --pg-fleet --seed {seed}", flush=True)
+    print(
+        f"summary: {len(seeds)} seeds (PostgreSQL fleet), {len(failed)} failing, "
+        f"wall {time.monotonic() - t0:.0f}s"
+    )
     return 1 if failed else 0
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from stead.core.config import RetryPolicy
+from stead.core.fleet import FleetConfig
 from stead.core.hooks import Hooks
 from stead.providers.base import Provider
 from stead.store.faults import Faults
@@ -50,6 +51,8 @@ async def open(
     memory: bool | MemoryConfig = False,
     approvals: bool | None = None,
     mcp: Sequence[Any] = (),
+    run_agents: bool = True,
+    fleet: FleetConfig | None = None,
 ) -> AgentSystem:
     """Open (or create) the store at `url` with its plugins, and restore every agent that owes work
     (`restore=False`: none, for inspection; a collection of ids: only those). Raises `stead.StoreLocked`
@@ -83,6 +86,13 @@ async def open(
     `mcp=[...]` connects MCP servers (`stead.mcp.McpServer` declarations or dicts of the same keys: `name`,
     `command`/`args`/`env` or `url`/`headers`, `allow`, `trust_annotations`) and registers their tools as
     `SERVER__TOOL` (needs `stead[mcp]`); servers declared by definitions (`mcp:`) are added too.
+
+    On PostgreSQL (`postgresql://…`) the process is a worker of a fleet by default (docs/postgres.md): it
+    registers, claims owed agents nobody live owns (that is its restore), keeps claiming while open and
+    hands its agents over on close; `fleet=stead.core.fleet.FleetConfig(...)` sets lease TTL, heartbeat,
+    sweep, capacity and polling. `run_agents=False` opens a client instead: it creates agents, sends and
+    steers (idempotent ids), aborts and reads history and runs of agents other processes run, and never
+    runs a loop itself; the owner is woken by a notification sent in the accepting transaction.
 
     Hooks run in this order: run records, `hooks`, orchestration, policy, memory, `plugins` (in order),
     MCP, tracing."""
@@ -150,6 +160,8 @@ async def open(
         max_payload_bytes=max_payload_bytes,
         restore=restore,
         readonly=readonly,
+        run_agents=run_agents,
+        fleet=fleet,
     )
 
 

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Acceptance", "Agent", "Input", "check_message"]
 
+REMOTE_POLL = 0.05
+"""Seconds between looks at the store while another process runs the agent (`Agent.run`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Acceptance:
@@ -235,6 +238,8 @@ class Agent:
         run has outcome `cancelled` and is returned. Raises `stead.Closed` if this process stops running
         the agent before the run ends (closing, draining, or the agent's provider is missing here), and
         `stead.RunNotFound` if the message's records were removed (a model change reset the conversation).
+        For an agent another process runs (a PostgreSQL client, `run_agents=False`), it polls the store
+        every 50 ms until the run has ended.
         """
         rt = self._rt
         events = rt.subscribe()  # before sending: no settlement after the send can be missed
@@ -258,6 +263,11 @@ class Agent:
                 result = await self._run_result(acc.id)
                 if result is not None:
                     break
+                if not rt.owned:
+                    # another process runs the agent (PostgreSQL, `stead.core.fleet`): its events never
+                    # reach this one; the store says when the run has ended
+                    await asyncio.sleep(REMOTE_POLL)
+                    continue
                 if not await _until_settled(rt, events):
                     # nothing will happen here any more: one last look, then say why
                     result = await self._run_result(acc.id)

@@ -38,6 +38,7 @@ from stead._runs import Run, RunReader
 from stead.agent import Agent
 from stead.core.config import PERMISSION_MODES, AgentConfig, ContextPolicy, Env, QueueMode, RetryPolicy
 from stead.core.expire import RECALL_TOOL, recall_tool
+from stead.core.fleet import SESSION_PREFIX, Fleet, FleetConfig, notify_abort
 from stead.core.hooks import HookContext, Hooks, HookSet
 from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, inside_agent
@@ -112,9 +113,14 @@ class AgentSystem:
         plugins: Sequence[Plugin] = (),
         *,
         readonly: bool = False,
+        run_agents: bool = True,
     ) -> None:
         self.store = store
         self.readonly = readonly
+        self.run_agents = run_agents and not readonly
+        """Whether agents' loops run in this process (False: a client of a PostgreSQL fleet, or readonly)."""
+        self.fleet: Fleet | None = None
+        """The worker side on PostgreSQL (`stead.core.fleet`): which agents this process owns and runs."""
         """Opened with `readonly=True`: an inspector that reads what an owner commits and writes nothing."""
         self._env = env
         self.router = router or ModelRouter(env.providers)
@@ -283,10 +289,14 @@ class AgentSystem:
             context=policy,
         )
         aid = agent_id or new_id()
+        owned = self._local
         async with self.store.transaction() as tx:
             if not await tx.insert_agent(AgentRow(aid, name, config.encode(), time.time())):
                 raise InvalidInput(f"an agent with id {aid} already exists")
+            if self.fleet is not None:
+                owned = await self.fleet.own_new(tx, aid)  # W1: the creating worker owns it (sticky)
         rt = AgentRuntime(aid, config, self._env)
+        rt.owned = owned
         self._runtimes[aid] = rt
         return Agent(self.admission, rt, self._approval_source)
 
@@ -362,6 +372,7 @@ class AgentSystem:
             self._check_writable()
         rt = self._runtimes.get(agent_id)
         pending: Pending | None = None
+        known: tuple[AgentConfig, Pending | None, str | None] | None = None  # as read here
         if rt is None:
             if not is_valid_user_id(agent_id):
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
@@ -372,16 +383,28 @@ class AgentSystem:
                 pending = Pending.decode(await tx.get(agent_id, PENDING)) if row is not None else None
             if row is None:
                 raise AgentNotFound(f"no agent with id {agent_id!r}")
+            known = (AgentConfig.decode(row.config), pending, settings)
             rt = self._runtimes.get(agent_id)
             if rt is None:
                 rt = self._runtimes[agent_id] = AgentRuntime(
                     agent_id, AgentConfig.decode(row.config), self._env
                 )
+                rt.owned = self._local  # PostgreSQL: another process may run it (`stead.core.fleet`)
                 if settings:
                     rt._settings = json.loads(settings)
-                if resume and pending is not None and not self.closing:
+                if resume and pending is not None and not self.closing and rt.owned:
                     rt.restore(pending)
+        fleet = self.fleet
+        idle = known is not None and known[1] is None
+        if fleet is not None and not rt.owned and not self.closing and (resume or fleet.auto or idle):
+            # W1: owned by no live worker: this worker runs it (owed work only when it may resume it)
+            await fleet.try_own(agent_id, known)
         return Agent(self.admission, rt, self._approval_source)
+
+    @property
+    def _local(self) -> bool:
+        """Agents of this store run here unless a fleet decides otherwise (SQLite: always)."""
+        return self.run_agents and self.store.dialect != "postgresql"
 
     @property
     def closing(self) -> bool:
@@ -408,6 +431,8 @@ class AgentSystem:
             rt.close_streams()
         async with self.store.transaction() as tx:
             existed = await tx.delete_agent(agent_id)
+            if existed and self.fleet is not None:
+                tx.after_commit(lambda: self.fleet.forget(agent_id) if self.fleet is not None else None)
             if existed and self._env.hooks.wants("agent_deleted_tx"):
                 # layers' rows about the agent go in the same transaction as the agent
                 ctx = HookContext(agent_id, rt.config.name if rt is not None else None, self.store, tx=tx)
@@ -432,6 +457,9 @@ class AgentSystem:
             self._runtimes[row.id] = rt
             self.restored.append(row.id)
             rt.restore(pending)
+        self._log_restored()
+
+    def _log_restored(self) -> None:
         if self.restored:
             # visible on purpose: opening a store as its owner runs the work its agents still owe
             shown = ", ".join(
@@ -469,6 +497,8 @@ class AgentSystem:
     async def _close(self) -> None:
         try:
             await self.admission.wait_flushed()
+            if self.fleet is not None:
+                await self.fleet.stop()  # W4: drain, then hand every owned agent to the fleet
             await self.drain()
             for rt in self._runtimes.values():
                 rt.closed = True
@@ -496,6 +526,8 @@ class AgentSystem:
     def abandon(self) -> None:
         """Drop everything in memory without writing (tests: after an injected store crash)."""
         self.admission.closing = True
+        if self.fleet is not None:
+            self.fleet.kill()
         for rt in self._runtimes.values():
             rt.kill()
             rt.closed = True
@@ -666,13 +698,20 @@ async def open_system(
     max_payload_bytes: int = 1_000_000,
     restore: bool | Collection[str] = True,
     readonly: bool = False,
+    run_agents: bool = True,
+    fleet: FleetConfig | None = None,
 ) -> AgentSystem:
     """Open the store at `url` with `plugins` and return the system (what `stead.open` does once it has
     turned its keyword shortcuts into plugins).
 
     Order: every plugin's tools, providers, hooks and migrations are collected (`hooks` run before the
     plugins' hooks); the store opens and migrates; plugins start in order; then agents that owe work are
-    restored (`restore=False`: none; a collection of ids: only those)."""
+    restored (`restore=False`: none; a collection of ids: only those).
+
+    On PostgreSQL the process is a worker of a fleet (`stead.core.fleet`, settings `fleet`): restoring
+    means claiming owed agents nobody live owns, and it keeps claiming while open (`restore=False`: it
+    runs only the agents it creates or resumes). `run_agents=False` opens a client instead: it creates
+    agents, accepts messages, aborts and reads, and never runs a loop."""
     names = [p.name for p in plugins]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -692,6 +731,12 @@ async def open_system(
         _register_tools(tool_map, p.tools())
     tool_map.setdefault(RECALL_TOOL, recall_tool())  # the kernel's built-in tool of expiration (K1)
     migrations = _collect_migrations(plugins, hook_list, dialect_of(url))
+    tag = None
+    if dialect_of(url) == "postgresql" and run_agents and not readonly and "application_name=" not in url:
+        # every session of this worker carries its tag, so that the fleet can end the sessions (and free
+        # the row locks) of a worker evicted while frozen inside a transaction (`stead.core.fleet`)
+        tag = new_id()[:16]
+        url = f"{url}{'&' if '?' in url else '?'}application_name={SESSION_PREFIX}{tag}"
     store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
     router = ModelRouter(provider_map)
     env = Env(
@@ -705,11 +750,21 @@ async def open_system(
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
     env.context_window = router.context_window
-    system = AgentSystem(store, env, router, plugins, readonly=readonly)
+    system = AgentSystem(store, env, router, plugins, readonly=readonly, run_agents=run_agents)
+    if store.dialect == "postgresql":
+        env.remote_abort = functools.partial(notify_abort, store)
+        if system.run_agents:
+            system.fleet = Fleet(
+                system, store, env, system._runtimes, fleet, claim=restore is True, session_tag=tag
+            )
     try:
         await system._start_plugins()
-        if readonly:
-            pass  # an inspector never runs anything
+        if readonly or not system.run_agents:
+            pass  # an inspector or a client never runs anything
+        elif system.fleet is not None:
+            only = None if restore is True or restore is False else set(restore)
+            system.restored = await system.fleet.start(only)
+            system._log_restored()
         elif restore is True:
             await system._restore()
         elif restore:

@@ -49,6 +49,7 @@ from stead.cli._source import (
     split_args,
 )
 from stead.cli._talk import talk as _talk_command
+from stead.cli._worker import worker as _worker_command
 
 __all__ = ["WAITING_EXIT", "app", "main"]
 
@@ -290,6 +291,9 @@ app.command(name="serve", cls=SteadCommand, short_help="Serve agents over HTTP (
 )
 app.command(name="talk", cls=SteadCommand, short_help="Talk with a realtime co-agent (text in, text out).")(
     _talk_command
+)
+app.command(name="worker", cls=SteadCommand, short_help="Run agents as one worker of a PostgreSQL fleet.")(
+    _worker_command
 )
 app.add_typer(approvals_app, name="approvals", short_help="List, approve or reject held tool calls.")
 

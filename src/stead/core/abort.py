@@ -22,7 +22,7 @@ from stead.core.records import Pending
 from stead.core.response import block_records, response_info
 from stead.core.settle import settle_in
 from stead.core.state import AgentState, Turn
-from stead.errors import StoreCrashed, StoreError
+from stead.errors import LeaseLost, StoreCrashed, StoreError
 from stead.messages import ToolResult, dumps
 from stead.providers.base import Done
 
@@ -46,6 +46,8 @@ async def after_abort(st: AgentState) -> bool:
             except StoreCrashed:
                 st.draining = True
                 return False
+            except LeaseLost:
+                raise  # W2: never retried; the loop stops this agent here
             except StoreError:
                 await asyncio.sleep(st.env.store_retry_delay)
     finally:

@@ -67,6 +67,11 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
             ctx.message = queued.message()
             await st.hooks.activated_tx(ctx)
 
+    notify = getattr(tx, "notify_owner", None)
+    if notify is not None:
+        # W3: PostgreSQL wakes the agent's owner (or a free worker) when, and only if, this commits
+        await notify(st.id)
+
     def published() -> None:
         if activated is not None:
             st.pending = activated

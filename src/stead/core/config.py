@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -113,3 +113,7 @@ class Env:
     resolve_provider: Callable[[dict[str, Any]], Provider | None] | None = None
     context_window: Callable[[dict[str, Any]], int | None] | None = None
     """The window of the model some settings name (the catalog's `context_window`), or None if unknown."""
+    lease_lost: Callable[[str], None] | None = None
+    """Called with the agent id when a transaction of its loop raised `LeaseLost` (`stead.core.fleet`)."""
+    remote_abort: Callable[[str], Awaitable[None]] | None = None
+    """Aborts an agent this process does not run (PostgreSQL: asks its owner, `stead.core.fleet`)."""

@@ -9,6 +9,15 @@ commit; nothing else can have changed it meanwhile, because the stage holds the 
 
 The mirror is a cache, never an authority: every stage re-reads the pending record and the queues from
 the store before deciding anything (C4).
+
+On PostgreSQL other processes write too (`stead.core.fleet`): a client or another worker may accept
+messages for an agent this process owns, so its queue entries, `msg.*` identities and even the pending
+record (an activation) can appear in the store without any callback here. What stays true: only the
+owner (the process holding the agent's lease at the current epoch, fenced on every transaction) writes
+the history, the settings and the dispatched batch, so the records and settings in the mirror still equal
+what a reload rebuilds; `pending` may lag behind the store until the owner is woken (pg_notify from the
+accepting transaction, or the poll) and re-reads it. A mirror whose lease is lost is dropped whole
+(`AgentRuntime.disown`), never reused: the next owner loads from the store.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from stead.core.outcome import Outcome
 from stead.core.records import Pending, Queued
 from stead.core.settle import settle_in
 from stead.core.state import AgentState, inside_agent
-from stead.errors import Closed, StoreCrashed, StoreError
+from stead.errors import Closed, LeaseLost, StoreCrashed, StoreError
 from stead.store.base import Tx
 
 __all__ = ["AgentRuntime", "Inbound", "inside_agent"]
@@ -61,6 +61,61 @@ class AgentRuntime(AgentState):
         self._idle = asyncio.Event()
         self._idle.set()
         self._accepting = 0
+        self.owned = True
+        """This process runs the agent's loop. False on a PostgreSQL client, or on a worker for an agent
+        another worker owns (`stead.core.fleet`): its handle accepts, reads and aborts, but never runs it."""
+
+    # ------------------------------------------------------------------ ownership (stead.core.fleet)
+    def disown(self, *, released: bool = False) -> None:
+        """The lease is gone (lost, or released): stop the loop and the tools without writing or emitting
+        anything, and drop everything this process knew about the agent; the next owner reloads it. A
+        `released` agent (handed over after a drain) keeps its last committed pending record, so its
+        handle still reports the work it owes."""
+        self.owned = False
+        pending = self.pending
+        current = asyncio.current_task()
+        for t in list(self.running.values()):
+            if t is not current:
+                t.cancel()
+        if self._loop_task is not None and self._loop_task is not current:
+            self._loop_task.cancel()
+        self._forget()
+        if released:
+            self.pending = pending
+
+    def adopt(self, pending: Pending | None) -> None:
+        """This process now owns the agent (a claim): start from what the store says, as after a restart."""
+        self._forget()
+        self.owned = True
+        self.draining = False
+        self.blocked = None
+        if pending is not None:
+            self.restore(pending)
+        else:
+            self._set_idle()
+
+    def _forget(self) -> None:
+        self.turn = None
+        self.pending = None
+        self.restored = False
+        self.aborting = False
+        self.waiting = False
+        self.attempt = 0
+        self.last_error = None
+        self.qseq.clear()
+        self.dispatched_here.clear()
+        self.outcomes.clear()
+        self.running.clear()
+        self.call_kvs.clear()
+        self.executing.clear()
+        self.awaiting_calls.clear()
+        self.context_run = None
+        self.context = None
+        self._records = None
+        self._builder = None
+        self._messages = None
+        self._settings = None
+        self._set_idle()
 
     # ------------------------------------------------------------------ acceptance (stead.core.admission)
     async def accept(self, tx: Tx, item: Inbound) -> bool:
@@ -79,7 +134,7 @@ class AgentRuntime(AgentState):
     # ------------------------------------------------------------------ state
     @property
     def _stopped(self) -> bool:
-        return self.draining or self.closed or self.blocked is not None
+        return self.draining or self.closed or self.blocked is not None or not self.owned
 
     def _set_idle(self) -> None:
         if self.idle:
@@ -168,6 +223,9 @@ class AgentRuntime(AgentState):
                     task.uncancel()
                     more = await after_abort(self)
                     self.aborting = False
+                except LeaseLost as e:
+                    self._lease_lost(e)
+                    return
                 except (StoreCrashed, Closed):
                     # the store is dead or closed (this process is as good as killed): stop for good
                     # instead of restarting the loop forever; the durable work stays for the next owner
@@ -183,6 +241,8 @@ class AgentRuntime(AgentState):
                     continue
                 if not more:
                     break
+        except LeaseLost as e:  # raised while settling an abort (stead.core.abort)
+            self._lease_lost(e)
         finally:
             self._loop_task = None
             self.turn = None
@@ -194,6 +254,14 @@ class AgentRuntime(AgentState):
                 # K1: a compaction nobody will run here (drained, closed, blocked, settled) is rejected
                 why = self.blocked or ("it is closed" if self.closed else "it stopped")
                 reject_waiters(self, f"agent {self.id} will not run the compaction here: {why}")
+
+    def _lease_lost(self, e: LeaseLost) -> None:
+        """W2: another worker holds the agent now: stop here for good, never retry, write and emit nothing."""
+        log.warning("agent %s: lease lost, stopping its loop in this process: %s", self.id, e)
+        self.disown()
+        lost = self.env.lease_lost
+        if lost is not None:
+            lost(self.id)
 
     async def _stage(self) -> bool:
         """Read durable state and run the next stage. Returns whether the loop should continue."""
@@ -314,7 +382,13 @@ class AgentRuntime(AgentState):
     async def abort(self) -> None:
         """Cancel the whole current turn. Finished blocks stay, the streaming block is dropped, running
         tools get aborted error results, exactly one `done: cancelled` is emitted, queued messages stay
-        queued and the agent settles. A no-op when idle."""
+        queued and the agent settles. A no-op when idle. For an agent another process runs (PostgreSQL),
+        its owner is asked to abort (best effort: no effect if it has no turn in flight)."""
+        if not self.owned:
+            remote = self.env.remote_abort
+            if remote is not None:
+                await remote(self.id)
+            return
         loop_task = self._loop_task
         if loop_task is None or loop_task.done():
             if self.waiting and self.pending is not None and not self._stopped:

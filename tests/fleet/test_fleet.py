@@ -1,0 +1,313 @@
+"""Workers, clients, leases and wake-ups on PostgreSQL, in one process (several systems on one database).
+
+Each `stead.open(pg_url)` is a worker of the fleet (its own pool, listener and worker id); `run_agents=False`
+opens a client. Steals and evictions are made with SQL, as another worker's sweep would make them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+from stead.core.fleet import FleetConfig
+from stead.core.records import build_messages
+from stead.providers.scripted import ScriptedProvider
+from tests.conftest import tool_results_since_last_user
+from tests.fakes.fleet import eventually, query
+
+FAST = FleetConfig(lease_ttl=1.5, heartbeat=0.3, sweep=0.3, poll=0.3)
+SLOW_POLL = FleetConfig(lease_ttl=30, heartbeat=0.3, sweep=0.3, poll=30)
+"""Nothing moves by TTL and nothing is found by polling within a test: only a notification wakes."""
+
+TIMEOUT = 20.0
+
+
+def responder(request: stead.ProviderRequest) -> list[stead.Block]:
+    """A call of the agent's first tool per user message (if it has tools), then a text answer."""
+    if request.tools and tool_results_since_last_user(request) == 0:
+        return [stead.ToolCall(request.tools[0].name, {})]
+    last = next(m for m in reversed(request.messages) if m.role == "user")
+    return [stead.Text(f"answer to {last.content[0].text}")]  # type: ignore[union-attr]
+
+
+def open_node(url: str, *, tools: list[Any] | None = None, **kw: Any) -> stead.Opening:
+    kw.setdefault("fleet", FAST)
+    if kw.get("run_agents") is False:
+        kw.pop("fleet")
+    return stead.open(
+        url, providers={"scripted": ScriptedProvider(responder)}, tools=tools or [], records=False, **kw
+    )
+
+
+@stead.tool
+async def step() -> str:
+    """One step."""
+    return "stepped"
+
+
+async def records(system: stead.AgentSystem, agent_id: str) -> list[dict[str, Any]]:
+    async with system.store.transaction() as tx:
+        return [json.loads(r) for r in await tx.load(agent_id)]
+
+
+async def settled(system: stead.AgentSystem, agent_id: str, runs: int) -> bool:
+    async with system.store.transaction() as tx:
+        pending = await tx.get(agent_id, "pending")
+        recs = [json.loads(r) for r in await tx.load(agent_id)]
+    return pending is None and sum(1 for r in recs if r.get("k") == "e") >= runs
+
+
+def owner_of(url: str, agent_id: str) -> tuple[str | None, int]:
+    owner, epoch = query(url, "SELECT owner, epoch FROM agents WHERE id = %s", (agent_id,))[0]
+    return (None if owner is None else str(owner), int(epoch))
+
+
+async def test_W1_a_client_accepts_and_one_worker_runs_the_agent_and_keeps_it(pg_url: str) -> None:
+    async with (
+        open_node(pg_url, tools=[step]) as w1,
+        open_node(pg_url, tools=[step]) as w2,
+        open_node(pg_url, tools=[step], run_agents=False) as client,
+    ):
+        assert client.fleet is None and w1.fleet is not None and w2.fleet is not None
+        agent = await client.create(provider="scripted", tools=["step"], agent_id="fleet-w1")
+        assert owner_of(pg_url, "fleet-w1") == (None, 0)  # a client owns nothing
+        assert (await agent.send("one", id="w1-m1")).created
+        await eventually(lambda: settled(client, "fleet-w1", 1), TIMEOUT, "the first run")
+        owner, epoch = owner_of(pg_url, "fleet-w1")
+        node = w1 if owner == w1.fleet.me else w2
+        other = w2 if node is w1 else w1
+        assert node.fleet is not None and node.fleet.owned() == ["fleet-w1"]
+        # sticky: the idle agent stays with its worker; the next message wakes that worker
+        assert (await agent.steer("two", id="w1-m2")).created
+        assert not (await agent.send("two", id="w1-m2")).created
+        await eventually(lambda: settled(client, "fleet-w1", 2), TIMEOUT, "the second run")
+        assert owner_of(pg_url, "fleet-w1") == (owner, epoch)
+        assert other.loaded("fleet-w1") is None or not other._runtimes["fleet-w1"].owned
+        # the owner's memory equals what a reload builds, although a client wrote its queue
+        rt = node._runtimes["fleet-w1"]
+        assert rt.records is not None
+        reloaded = await records(client, "fleet-w1")
+        assert rt.records == reloaded
+        assert rt.messages() == build_messages(reloaded)
+        users = [r["id"] for r in reloaded if r.get("k") == "u"]
+        assert users == ["w1-m1", "w1-m2"]
+
+
+async def test_W1_a_client_run_returns_the_result_of_the_run_a_worker_ran(pg_url: str) -> None:
+    async with open_node(pg_url, tools=[step]) as w, open_node(pg_url, tools=[step], run_agents=False) as c:
+        agent = await c.create(provider="scripted", tools=["step"], agent_id="fleet-run")
+        result = await asyncio.wait_for(agent.run("hello", id="run-m1"), TIMEOUT)
+        assert result.text == "answer to hello" and result.outcome is stead.Outcome.COMPLETED
+        assert w.fleet is not None and w.fleet.owned() == ["fleet-run"]
+        again = await asyncio.wait_for(agent.run("hello", id="run-m1"), TIMEOUT)  # A3: not sent twice
+        assert again.run_id == result.run_id
+
+
+async def test_W2_a_lost_lease_stops_the_loop_for_good_writing_and_emitting_nothing(pg_url: str) -> None:
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    @stead.tool
+    async def hold() -> str:
+        """Blocks until the test lets it go."""
+        started.set()
+        await gate.wait()
+        return "late"
+
+    async with open_node(pg_url, tools=[hold], fleet=FleetConfig(lease_ttl=30)) as w:
+        assert w.fleet is not None
+        agent = await w.create(provider="scripted", tools=["hold"], agent_id="fleet-w2")
+        rt = w._runtimes["fleet-w2"]
+        assert rt.owned
+        await agent.send("go", id="w2-m1")
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        # another worker takes the agent over (as its sweep and claim would): the epoch moves
+        other = "00000000-0000-4000-8000-000000000001"
+        query(pg_url, "INSERT INTO stead_workers(id, host, pid) VALUES (%s, 'elsewhere', 1)", (other,))
+        query(pg_url, "UPDATE agents SET owner = %s, epoch = epoch + 1 WHERE id = 'fleet-w2'", (other,))
+        before = query(pg_url, "SELECT seq, epoch FROM history WHERE agent_id = 'fleet-w2' ORDER BY seq")
+        events = rt.subscribe()
+        gate.set()  # the tool returns; committing its result is fenced
+        await eventually(lambda: not rt.owned, TIMEOUT, "the loop to stop")
+        await rt.wait_stopped()
+        assert w.fleet.lease_losses == 1
+        assert "fleet-w2" not in w.store.held()  # type: ignore[attr-defined]
+        assert rt.records is None and rt.pending is None  # its memory is dropped
+        assert events.empty()  # nothing emitted after the lease was lost
+        after = query(pg_url, "SELECT seq, epoch FROM history WHERE agent_id = 'fleet-w2' ORDER BY seq")
+        assert after == before  # the zombie wrote nothing
+        assert owner_of(pg_url, "fleet-w2")[0] == other
+        # never retried: a later wake-up does not start it again here
+        rt.wake()
+        assert rt._loop_task is None
+
+
+async def test_W3_wakeups_continue_after_the_listener_connection_is_killed(pg_url: str) -> None:
+    async with open_node(pg_url, fleet=SLOW_POLL) as w, open_node(pg_url, run_agents=False) as client:
+        assert w.fleet is not None
+        agent = await client.create(provider="scripted", agent_id="fleet-w3")
+        await agent.send("one", id="w3-m1")  # stead_claim wakes the worker at once (no poll: 30 s)
+        await eventually(lambda: settled(client, "fleet-w3", 1), TIMEOUT, "the first run")
+        await eventually(lambda: w.fleet.listening, TIMEOUT, "the listener")
+        killed = query(
+            pg_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"stead-worker {w.fleet.me}",),
+        )
+        assert killed == [(True,)]
+        # sent while no listener may be connected: the rescan after reconnecting finds it
+        await agent.send("two", id="w3-m2")
+        await eventually(lambda: settled(client, "fleet-w3", 2), TIMEOUT, "the run after the kill")
+        await eventually(lambda: w.fleet.listening, TIMEOUT, "the listener to reconnect")
+        await agent.send("three", id="w3-m3")
+        await eventually(lambda: settled(client, "fleet-w3", 3), TIMEOUT, "a run woken by a notification")
+        assert w.fleet.owned() == ["fleet-w3"]
+
+
+async def test_W4_a_draining_worker_hands_its_agents_to_another_at_once(pg_url: str) -> None:
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    @stead.tool
+    async def hold() -> str:
+        """Blocks until the test lets it go."""
+        started.set()
+        await gate.wait()
+        return "done"
+
+    w2 = await open_node(pg_url, tools=[hold], fleet=SLOW_POLL)
+    try:
+        w1 = await open_node(pg_url, tools=[hold], fleet=SLOW_POLL)
+        agent = await w1.create(provider="scripted", tools=["hold"], agent_id="fleet-w4")
+        await agent.send("work", id="w4-m1")
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        assert w1.fleet is not None and w1.fleet.owned() == ["fleet-w4"]
+        _, epoch = owner_of(pg_url, "fleet-w4")
+        closing = asyncio.create_task(w1.close())  # X4: the tool finishes, no next provider request here
+        await asyncio.sleep(0)
+        gate.set()
+        await closing
+        # handed over: another worker continues now, not after a lease TTL (30 s) or a poll (30 s)
+        await eventually(lambda: settled(w2, "fleet-w4", 1), TIMEOUT, "the other worker to finish it")
+        owner, new_epoch = owner_of(pg_url, "fleet-w4")
+        assert w2.fleet is not None and owner == w2.fleet.me and new_epoch > epoch
+        texts = [r["b"].get("x") for r in await records(w2, "fleet-w4") if r.get("k") == "b"]
+        assert "answer to work" in texts
+    finally:
+        await w2.close()
+
+
+async def test_W5_an_evicted_worker_stops_everything_and_registers_again(pg_url: str) -> None:
+    async with open_node(pg_url) as w:
+        assert w.fleet is not None
+        agent = await w.create(provider="scripted", agent_id="fleet-w5")
+        first = w.fleet.me
+        await agent.send("one", id="w5-m1")
+        await eventually(lambda: settled(w, "fleet-w5", 1), TIMEOUT, "the first run")
+        query(pg_url, "UPDATE stead_workers SET state = 'evicted' WHERE id = %s", (first,))
+        await eventually(lambda: w.fleet.registrations == 2, TIMEOUT, "the worker to register again")
+        assert w.fleet.me != first and w.fleet.lease_losses >= 1
+        assert not w._runtimes["fleet-w5"].owned or owner_of(pg_url, "fleet-w5")[0] == w.fleet.me
+        # the sweep releases what the evicted registration owned; work sent now runs under the new id
+        await agent.send("two", id="w5-m2")
+        await eventually(lambda: settled(w, "fleet-w5", 2), TIMEOUT, "the run after re-registering")
+        assert owner_of(pg_url, "fleet-w5")[0] == w.fleet.me
+
+
+SENDER = """
+import asyncio, sys, time
+from pathlib import Path
+import stead
+from stead.providers.scripted import ScriptedProvider
+
+async def main(url, go):
+    async with stead.open(url, run_agents=False, records=False,
+                          providers={"scripted": ScriptedProvider(lambda r: [])}) as client:
+        agent = await client.get("fleet-a3")
+        print("ready", flush=True)
+        while not Path(go).exists():
+            time.sleep(0.001)
+        acc = await agent.send("same", id="the-one-id")
+        print("created" if acc.created else "seen", flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_A3_one_message_id_sent_from_three_processes_is_created_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    async with open_node(pg_url) as w:
+        await w.create(provider="scripted", agent_id="fleet-a3")
+        go = tmp_path / "go"
+        procs = [
+            subprocess.Popen(  # noqa: ASYNC220 - started once, read below
+                [sys.executable, "-c", SENDER, pg_url, str(go)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(3)
+        ]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        go.write_text("go")
+        outcomes = sorted(p.communicate(timeout=TIMEOUT)[0].strip() for p in procs)
+        assert outcomes == ["created", "seen", "seen"]
+        await eventually(lambda: settled(w, "fleet-a3", 1), TIMEOUT, "the run")
+        users = [r["id"] for r in await records(w, "fleet-a3") if r.get("k") == "u"]
+        assert users == ["the-one-id"]
+
+
+async def test_A5_two_hundred_acceptors_racing_settlement_strand_nothing(pg_url: str) -> None:
+    async with open_node(pg_url) as w:
+        await w.create(provider="scripted", agent_id="fleet-a5")
+        clients = [await open_node(pg_url, run_agents=False) for _ in range(4)]
+        try:
+
+            async def sender(c: stead.AgentSystem, k: int) -> None:
+                agent = await c.get("fleet-a5")
+                for i in range(50):
+                    deliver = agent.steer if i % 3 == 0 else agent.send
+                    assert (await deliver(f"m{k}-{i}", id=f"a5-{k}-{i}")).created
+
+            await asyncio.gather(*(sender(c, k) for k, c in enumerate(clients)))
+        finally:
+            for c in clients:
+                await c.close()
+
+        async def drained() -> bool:
+            async with w.store.transaction() as tx:
+                queued = await tx.read_prefix("fleet-a5", "q.")
+                return not queued and await tx.get("fleet-a5", "pending") is None
+
+        await eventually(drained, 60, "every accepted message to be consumed")
+        users = [r["id"] for r in await records(w, "fleet-a5") if r.get("k") == "u"]
+        assert sorted(users) == sorted(f"a5-{k}-{i}" for k in range(4) for i in range(50))
+        assert len(users) == len(set(users))
+
+
+@pytest.mark.slow
+async def test_W3_owners_continue_after_postgresql_restarts(pg_url: str) -> None:
+    """Restarts the local cluster (disturbs anything else using it: slow, run by scripts/test-all)."""
+    async with open_node(pg_url) as w, open_node(pg_url, run_agents=False) as client:
+        assert w.fleet is not None
+        agent = await client.create(provider="scripted", agent_id="fleet-restart")
+        await agent.send("one", id="r-m1")
+        await eventually(lambda: settled(client, "fleet-restart", 1), TIMEOUT, "the first run")
+        owner, epoch = owner_of(pg_url, "fleet-restart")
+        restart = ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart"]
+        await asyncio.to_thread(subprocess.run, restart, check=True, timeout=60)
+
+        async def send_again() -> bool:
+            try:
+                await agent.send("two", id="r-m2")
+                return True
+            except stead.StoreError:
+                return False  # the client's pool reconnects too
+
+        await eventually(send_again, 60, "the client to accept again")
+        await eventually(lambda: settled(client, "fleet-restart", 2), 60, "the owner to continue")
+        assert owner_of(pg_url, "fleet-restart") == (owner, epoch)  # epochs unchanged, owner continues
