@@ -340,7 +340,7 @@ def test_cli_agents_and_history_read_a_postgresql_url(pg_url: str) -> None:
     result = CliRunner().invoke(app, ["agents", "--db", pg_url, "--json"])
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
-    assert [(r["id"], r["name"], r["owner"], r["epoch"]) for r in rows] == [(agent_id, "pg-agent", None, 0)]
+    assert [(r["id"], r["name"], r["owner"], r["epoch"]) for r in rows] == [(agent_id, "pg-agent", None, 2)]
     result = CliRunner().invoke(app, ["history", agent_id, "--db", pg_url])
     assert result.exit_code == 0, result.stderr
     assert "hello" in result.stdout and "done after 0 calls" in result.stdout

@@ -420,7 +420,7 @@ class Fleet:
     async def _sql(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """One short autocommit statement of the fleet's own bookkeeping, outside every stead transaction
         (the store's lease-operation path: not an agent's store operation, never fault-injected)."""
-        rows: list[tuple[Any, ...]] = await self.store._one(sql.encode(), params)
+        rows: list[tuple[Any, ...]] = await self.store.lease_sql(sql, params)
         return rows
 
     async def _remote_abort(self, agent_id: str) -> None:

@@ -273,6 +273,12 @@ class PostgresStore:
         """The agents this process holds leases on, with their epochs (what the fence checks)."""
         return dict(self._held)
 
+    async def lease_sql(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One short bookkeeping statement of the fleet (rescans, crash detection, ending frozen sessions) in
+        its own transaction outside every stead transaction: not an agent's store operation, so it is never
+        counted or fault-injected. Returns its rows."""
+        return await self._one(sql.encode(), params)
+
     async def _one(
         self, sql: bytes, params: Sequence[Any], *then: tuple[bytes, Sequence[Any]]
     ) -> list[tuple[Any, ...]]:
