@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import stead
+from stead.core.fleet import FleetConfig
 from stead.providers.scripted import ScriptedProvider
 from tests.conftest import tool_results_since_last_user
 from tests.fakes.postgres import raw_rows
@@ -105,9 +106,16 @@ class Ledger(stead.Hooks):
         await self._log(ctx, ["settled", ctx.run_id, error])
 
 
+# On PostgreSQL the process is a worker: its timers (poll, sweep, heartbeat) would add store operations at
+# moments that depend on the machine's speed; the crash points are the conversation's, so they stay quiet.
+_QUIET_FLEET = FleetConfig(lease_ttl=7200.0, heartbeat=3600.0, sweep=3600.0, poll=3600.0, listen=False)
+
+
 async def _open(url: str, faults: stead.store.Faults | None = None) -> stead.AgentSystem:
+    extra: dict[str, Any] = {"fleet": _QUIET_FLEET} if url.startswith("postgresql") else {}
     return await stead.open(
         url,
+        **extra,
         providers={"scripted": ScriptedProvider(respond)},
         tools=[durable_op, plain_op, tx_op],
         hooks=Ledger(),

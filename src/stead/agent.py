@@ -279,6 +279,10 @@ class Agent:
                             "", Outcome.AWAITING_INPUT, "", [], Usage(0, 0), None, acc.id
                         )
                         break
+                    if self.state == "working":
+                        # woken again after its loop stopped (a fleet recheck or a decision clears
+                        # `waiting` until the next stage looks): wait for that loop too
+                        continue
                     why = rt.blocked or ("it is closed" if rt.closed else "it was drained")
                     raise Closed(f"agent {self.id} stopped before the run of message {acc.id} ended: {why}")
         finally:

@@ -179,9 +179,13 @@ class Fleet:
             rt.disown(released=True)  # release() notified `stead_claim`: another worker continues
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(
-            *self._tasks, *([self._listener] if self._listener else []), return_exceptions=True
-        )
+        background = [*self._tasks, *([self._listener] if self._listener else [])]
+        if background:
+            # bounded: a loop stuck in the driver (a notification stream that does not end when cancelled)
+            # must not keep the worker from stopping; what is left is cancelled with the event loop
+            _, stuck = await asyncio.wait(background, timeout=5.0)
+            for t in stuck:
+                log.warning("worker %s: background task %s did not stop", self.me, t.get_name())
         self._tasks = []
         self._listener = None
 
@@ -512,7 +516,10 @@ class Fleet:
                             async for n in stream:
                                 self._notified(n.channel, n.payload)
                         finally:
-                            await stream.aclose()  # it holds the connection's lock until closed
+                            # it holds the connection's lock until closed; bounded: a cancelled close
+                            # must never keep the worker from stopping
+                            with contextlib.suppress(Exception):
+                                await asyncio.wait_for(stream.aclose(), 2.0)
                         await conn.execute("SELECT 1")  # a dead connection shows here
                 finally:
                     self.listening = False
