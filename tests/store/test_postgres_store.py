@@ -432,7 +432,7 @@ async def test_a_tool_loop_conversation_costs_at_most_two_and_a_half_round_trips
         await agent.wait_idle(timeout=10)
         assert store.stats.commits - commits == 12  # the same commits as on SQLite
         # every writing commit: its writes and COMMIT in one pipeline sync, plus the reads it must answer
-        # (2.33 without leases; a worker's fenced transactions measured 2.58: docs/benchmarks.md)
+        # (2.33 per writing commit without leases; 2.58 measured for a worker, whose transactions are fenced)
         assert (store.stats.writing_round_trips - writing) / 12 <= 2.75
         assert (store.stats.round_trips - trips) / 12 <= 4  # read-only transactions (turn reloads) included
 
