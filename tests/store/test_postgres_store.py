@@ -409,7 +409,7 @@ async def test_a_deadlock_between_two_processes_is_a_transient_store_error(pg_ur
         await second.close()
 
 
-async def test_a_tool_loop_conversation_costs_at_most_two_and_a_half_round_trips_per_commit(
+async def test_a_tool_loop_conversation_stays_within_its_round_trip_budget_per_commit(
     pg_url: str,
 ) -> None:
     @stead.tool
