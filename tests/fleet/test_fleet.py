@@ -289,6 +289,60 @@ async def test_A5_two_hundred_acceptors_racing_settlement_strand_nothing(pg_url:
         assert len(users) == len(set(users))
 
 
+@stead.tool(approval="always")
+async def guarded() -> str:
+    """A step a human approves."""
+    return "guarded"
+
+
+async def test_W3_a_stale_wake_request_leaves_a_waiting_agent_waiting(pg_url: str) -> None:
+    """A wake-up request answered by a loop that started after it does not restart the loop: a waiting
+    agent stays `waiting` after `wait_idle` (a rescan that read the store before the agent's own loop ran
+    used to restart it, so `state` flipped to `working`). A fresh request still wakes it."""
+    async with open_node(pg_url, fleet=SLOW_POLL, tools=[guarded], approvals=True) as w:
+        assert w.fleet is not None
+        agent = await w.create(provider="scripted", tools=["guarded"])
+        rt = agent._rt
+        before_send = rt.loop_runs  # what a rescan that began before the send saw
+        await agent.send("go")
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert agent.state == "waiting"
+        runs = rt.loop_runs
+        w.fleet.wake(agent.id, since=before_send)
+        await asyncio.gather(*w.fleet._rechecks.values())
+        assert agent.state == "waiting" and rt.loop_runs == runs
+        w.fleet.wake(agent.id)  # as a notification of another process's decision
+        await asyncio.gather(*w.fleet._rechecks.values())
+        assert rt.loop_runs == runs + 1
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert agent.state == "waiting"
+
+
+async def test_W3_a_decision_made_in_another_process_wakes_the_owning_worker(pg_url: str) -> None:
+    """An approval decided by a client (or another worker) notifies the agent's owner when it commits:
+    with no polling (30 s) the approved call still runs at once, exactly once."""
+    ran: list[str] = []
+
+    @stead.tool(approval="always", name="guarded")
+    async def counted() -> str:
+        """A step a human approves."""
+        ran.append("x")
+        return "guarded"
+
+    async with (
+        open_node(pg_url, fleet=SLOW_POLL, tools=[counted], approvals=True) as w,
+        open_node(pg_url, run_agents=False, tools=[counted], approvals=True) as client,
+    ):
+        agent = await w.create(provider="scripted", tools=["guarded"], agent_id="fleet-w3-decide")
+        await agent.send("go")
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert agent.state == "waiting"
+        (approval,) = await client.approvals()
+        assert (await client.approve(approval.id)).decided
+        await eventually(lambda: settled(client, "fleet-w3-decide", 1), TIMEOUT, "the approved run")
+        assert ran == ["x"]
+
+
 @pytest.mark.slow
 async def test_W3_owners_continue_after_postgresql_restarts(pg_url: str) -> None:
     """Restarts the local cluster (disturbs anything else using it: slow, run by scripts/test-all)."""

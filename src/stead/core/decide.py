@@ -83,6 +83,14 @@ async def _held(st: AgentState, tx: Tx, call_id: str) -> tuple[HeldCall, Pending
     return entry, pending
 
 
+async def _notify_owner(st: AgentState, tx: Tx) -> None:
+    """W3 for decisions: on PostgreSQL the worker that runs the agent (another process, perhaps) is woken
+    when, and only if, the decision commits; where this process runs it, its own after-commit wakes it."""
+    notify = getattr(tx, "notify_owner", None)
+    if notify is not None:
+        await notify(st.id)
+
+
 def _published(
     st: AgentState, call_id: str, gate: Gate, decision: str, note: str | None, run_id: str
 ) -> None:
@@ -115,6 +123,7 @@ async def release_call(
         await tx.write(st.id, entry.key, encode_entry(call, gate.but(state="go", note=result_note)))
         if st.hooks.wants("call_decided_tx"):
             await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), call, "approved", note)
+        await _notify_owner(st, tx)
         tx.after_commit(lambda: _published(st, call_id, gate, "approved", note, pending.run_id))
     return True
 
@@ -137,6 +146,7 @@ async def refuse_call(
         result = ToolResult(call_id, output, True)
         tracked = st.pending is not None
         await commit_result(st, pending, entry.key, entry.call, result, None, tool, track=tracked)
+        await _notify_owner(st, tx)
         tx.after_commit(lambda: _published(st, call_id, gate, decision, note, pending.run_id))
     return True
 

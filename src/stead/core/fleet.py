@@ -121,6 +121,9 @@ class Fleet:
         self._listener: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._rechecks: dict[str, asyncio.Task[None]] = {}
+        self._wake_since: dict[str, int] = {}
+        """Per agent, the newest `loop_runs` a pending wake-up request saw: a loop started after it has
+        read everything committed before the request, so the request needs no further wake."""
         self._stopping = False
         env.lease_lost = self._lease_lost
         env.remote_abort = self._remote_abort
@@ -330,11 +333,18 @@ class Fleet:
                 surplus -= 1
 
     # ------------------------------------------------------------------ wake-ups
-    def wake(self, agent_id: str) -> None:
-        """Something was accepted for `agent_id` by another process: re-read its pending record."""
+    def wake(self, agent_id: str, since: int | None = None) -> None:
+        """Something was accepted or decided for `agent_id` by another process: re-read its pending record
+        and start its loop, unless a loop started after the request (`since`: the agent's `loop_runs` when
+        the request was known to be needed; by default now) — that loop read the change already. Waking a
+        waiting agent for nothing would flip its state to `working` after `wait_idle` said `waiting`."""
         rt = self.runtimes.get(agent_id)
-        if rt is None or not rt.owned or agent_id in self._rechecks:
+        if rt is None or not rt.owned:
             return
+        seen = rt.loop_runs if since is None else since
+        self._wake_since[agent_id] = max(seen, self._wake_since.get(agent_id, seen))
+        if agent_id in self._rechecks:
+            return  # the running recheck answers this request too (it reads the newest `since`)
         task = asyncio.get_running_loop().create_task(self._recheck(rt), name=f"stead-fleet-wake-{agent_id}")
         self._rechecks[agent_id] = task
 
@@ -346,6 +356,8 @@ class Fleet:
                     # the running loop re-reads the store at every stage; check again once it stops
                     await asyncio.wait([loop_task])
                     continue
+                if rt.loop_runs > self._wake_since.get(rt.id, -1):
+                    return  # a loop started after every request and has read what they announced
                 try:
                     async with self.store.transaction() as tx:
                         pending = Pending.decode(await tx.get(rt.id, R.PENDING))
@@ -363,24 +375,27 @@ class Fleet:
                 return
         finally:
             self._rechecks.pop(rt.id, None)
+            self._wake_since.pop(rt.id, None)
 
     async def _rescan(self) -> None:
         """Wake every owned agent whose pending record exists in the store but whose loop is not running
         (a notification may have been missed: reconnect, poll)."""
         # a blocked agent (no provider here) or one waiting for decisions has nothing new to do: only new
         # input (a notification, an acceptance here) wakes it, or it would run a stage every poll
-        ids = [
-            a
+        # each agent's `loop_runs` is taken before the read: a loop that starts meanwhile (a local
+        # acceptance) reads the store itself, so the scan must not wake it again once it waits
+        runs = {
+            a: rt.loop_runs
             for a in self.owned()
             if (rt := self.runtimes[a])._loop_task is None and rt.blocked is None and not rt.waiting
-        ]
-        if not ids:
+        }
+        if not runs:
             return
         rows = await self._sql(
-            "SELECT agent_id FROM kv WHERE key = %s AND agent_id = ANY(%s)", (R.PENDING, ids)
+            "SELECT agent_id FROM kv WHERE key = %s AND agent_id = ANY(%s)", (R.PENDING, list(runs))
         )
         for (aid,) in rows:
-            self.wake(str(aid))
+            self.wake(str(aid), since=runs[str(aid)])
 
     async def _evict_vanished(self, min_age: float) -> list[str]:
         """Fast crash detection: a worker none of whose tagged sessions exists any more is dead (a killed

@@ -61,6 +61,10 @@ class AgentRuntime(AgentState):
         self._idle = asyncio.Event()
         self._idle.set()
         self._accepting = 0
+        self.loop_runs = 0
+        """How many times the loop's body has started; each start reads the store afresh, so a wake-up
+        request made before a start is answered by it (`stead.core.fleet` uses this to skip waking an
+        agent whose loop already looked after the request)."""
         self.owned = True
         """This process runs the agent's loop. False on a PostgreSQL client, or on a worker for an agent
         another worker owns (`stead.core.fleet`): its handle accepts, reads and aborts, but never runs it."""
@@ -194,6 +198,7 @@ class AgentRuntime(AgentState):
         self.wake()
 
     async def _loop(self) -> None:
+        self.loop_runs += 1
         inside_agent.set(self.id)
         task = asyncio.current_task()
         assert task is not None
