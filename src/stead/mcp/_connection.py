@@ -50,6 +50,22 @@ def resolve_command(command: str) -> str:
     return found or command
 
 
+def _reason(e: BaseException) -> str:
+    """What went wrong, for logs and error results: the SDK's transports raise from task groups, so the
+    cause is inside (nested) exception groups ("unhandled errors in a TaskGroup" says nothing)."""
+    leaves: list[str] = []
+
+    def walk(x: BaseException) -> None:
+        if isinstance(x, BaseExceptionGroup):
+            for sub in x.exceptions:
+                walk(sub)
+        elif (text := f"{type(x).__name__}: {x}") not in leaves:
+            leaves.append(text)
+
+    walk(e)
+    return "; ".join(leaves) or f"{type(e).__name__}: {e}"
+
+
 class Connection:
     """One server. `await start()`, then `tools`, `call(...)`, `close()` (from any task)."""
 
@@ -128,7 +144,11 @@ class Connection:
             from mcp import Client
 
             headers = {k: os.path.expandvars(v) for k, v in spec.headers.items()}  # `${TOKEN}` from the env
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+            # Not httpx's default 5 s read timeout: a call's response stream is silent until the tool
+            # answers, and a read timeout there ends the whole connection (the call: "stopped during the
+            # call"). The SDK's own defaults (30 s, 300 s for reading streams), and reads outlast a call.
+            timeout = httpx2.Timeout(30.0, read=max(300.0, spec.timeout + 30.0))
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
             client = Client(
                 streamable_http_client(spec.url, http_client=http),
                 read_timeout_seconds=spec.timeout,
@@ -159,7 +179,7 @@ class Connection:
             except asyncio.CancelledError:
                 raise
             except BaseException as e:
-                self.last_error = f"{type(e).__name__}: {e}"
+                self.last_error = _reason(e)
                 log.warning("MCP server %r: connection ended: %s", self.name, self.last_error)
             finally:
                 if listener is not None:
