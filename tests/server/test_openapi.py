@@ -4,8 +4,9 @@ undocumented status or content type and no answer off its schema, for each tenan
 The service runs in its own thread and event loop on 127.0.0.1:0 (schemathesis calls it synchronously);
 generated path ids are swapped for real ones of the caller's tenant half of the time, so the fuzzing also
 reaches agents, runs and approvals that exist. Fixed seed and a bounded budget: `STEAD_FUZZ_EXAMPLES`
-(default 50) positive and as many negative cases per operation for tenant A, half that for tenant B — 150
-cases per operation in all (about 80 s on the 2-core CI machine; generation, not the service, is the cost)."""
+(default 100) positive and as many negative cases per operation for tenant A, half that for tenant B — 300
+cases per operation in all (about 2.5 min on the 2-core CI machine; generation, not the service, is the
+cost)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from schemathesis.checks import (  # noqa: E402
 from stead.server._run import start, stop  # noqa: E402
 from tests.server.support import A, B, bearer, close_env, open_env  # noqa: E402
 
-EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "100"))
 SEED = 20261201
 CHECKS = [
     not_a_server_error,
