@@ -183,6 +183,30 @@ async def test_PG2_fence_raises_lease_lost_after_an_epoch_bump_and_nothing_commi
     assert me
 
 
+async def test_PG2_a_worker_s_own_sweep_never_evicts_it(pg_url: str) -> None:
+    """A worker whose event loop was starved (its heartbeat late past the TTL) but that runs its sweep is
+    alive: its own sweep leaves it registered; another worker's sweep evicts it."""
+    me_store = await open_store(pg_url)
+    other = await open_store(pg_url)
+    assert isinstance(me_store, PostgresStore) and isinstance(other, PostgresStore)
+    try:
+        me = await me_store.register_worker("h", 1, 5)
+        await other.register_worker("h", 2, 5)
+        raw_rows(
+            pg_url, "UPDATE stead_workers SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", (me,)
+        )
+        assert await me_store.sweep(10.0) == []
+        assert await me_store.heartbeat(me) == "live"
+        raw_rows(
+            pg_url, "UPDATE stead_workers SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", (me,)
+        )
+        assert await other.sweep(10.0) == [me]
+        assert await me_store.heartbeat(me) is None
+    finally:
+        await me_store.close()
+        await other.close()
+
+
 async def test_PG2_sweep_evicts_a_silent_worker_and_its_agents_move_with_a_new_epoch(pg_url: str) -> None:
     old = await open_store(pg_url)
     new = await open_store(pg_url)

@@ -36,9 +36,11 @@ HEARTBEAT = (
 
 SET_STATE = b"UPDATE stead_workers SET state = %s WHERE id = %s AND state <> 'evicted' RETURNING state"
 
+# never the sweeping worker itself: running the sweep shows it is alive, even when a starved event loop
+# ran its heartbeat late (evicting itself would stop all its agents and end its own sessions)
 SWEEP_WORKERS = (
     b"UPDATE stead_workers SET state = 'evicted' WHERE state <> 'evicted' "
-    b"AND heartbeat_at < now() - make_interval(secs => %s) RETURNING id"
+    b"AND heartbeat_at < now() - make_interval(secs => %s) AND id IS DISTINCT FROM %s::uuid RETURNING id"
 )
 
 # agents of evicted (or vanished) workers: released with epoch + 1, skipping rows a transaction holds

@@ -338,12 +338,16 @@ class PostgresStore:
         return str(rows[0][0]) if rows else None
 
     async def sweep(self, ttl_s: float) -> list[str]:
-        """Evict workers whose heartbeat is older than `ttl_s` (database clock) and release the agents of
-        every evicted or vanished worker with epoch + 1 (skipping rows a transaction holds: the next sweep
-        gets them), and forget evicted workers that own nothing and went silent over an hour ago. Returns
-        the ids of the workers evicted by this call."""
+        """Evict workers whose heartbeat is older than `ttl_s` (database clock; never this store's own
+        registered worker: a worker that sweeps is alive, however late its heartbeat) and release the
+        agents of every evicted or vanished worker with epoch + 1 (skipping rows a transaction holds: the
+        next sweep gets them), and forget evicted workers that own nothing and went silent over an hour
+        ago. Returns the ids of the workers evicted by this call."""
         evicted = await self._one(
-            lease.SWEEP_WORKERS, (float(ttl_s),), (lease.SWEEP_AGENTS, ()), (lease.FORGET_WORKERS, ())
+            lease.SWEEP_WORKERS,
+            (float(ttl_s), self.worker_id),
+            (lease.SWEEP_AGENTS, ()),
+            (lease.FORGET_WORKERS, ()),
         )  # one transaction, one round trip
         return [str(r[0]) for r in evicted]
 
