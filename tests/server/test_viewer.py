@@ -198,3 +198,27 @@ async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run
     await page.wait_for_selector(".approval[data-status='rejected'] >> text=denied")
     assert support.TRANSFERS == []
     await page.screenshot(path=str(tmp_path / "denied.png"))
+
+
+async def test_an_approval_card_survives_the_run_view_re_rendering(make_env: Any, page: Any) -> None:
+    """Every live event re-renders the run view; the pending approval's card is the same element after it
+    (a reason being typed stays, and a click cannot fall between an old and a new button)."""
+    support.TRANSFERS.clear()
+    env: Env = await make_env(tokens=None)
+    env.model.tool, env.model.calls = "transfer", 1
+    base = await env.live()
+    agent = await env.agent(secret="", tools=["transfer"])
+    await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "pay"})
+    await env.idle(agent["id"])
+    (run,) = (await env.http.get("/v1/runs")).json()["items"]
+    await page.goto(f"{base}/ui#/runs/{run['id']}")
+    await page.wait_for_selector(".live")
+    await page.fill(".approval .approval-reason", "half typed")
+    await page.evaluate("document.querySelector('.approval').dataset.marker = 'before'")
+    await page.evaluate("runView(runState.id, true)")  # what each live event does
+    await page.wait_for_selector(".approval[data-marker='before'][data-status='pending']")
+    assert await page.input_value(".approval .approval-reason") == "half typed"
+    await page.click(".approval[data-status='pending'] button.deny")
+    await page.wait_for_selector(".row.run .status.completed")
+    await page.wait_for_selector(".approval[data-status='rejected'] >> text=half typed")
+    assert support.TRANSFERS == []

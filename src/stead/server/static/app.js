@@ -260,8 +260,21 @@ async function runView(id, rerender) {
   if (!rerender || !runState || runState.id !== id) {
     const tree = await api(`/v1/runs/${id}/tree`);
     const approvals = await approvalsOf(`status=all&root_run_id=${encodeURIComponent(id)}`);
-    runState = { id, tree, approvals, following: new Map(), pending: null };
+    runState = { id, tree, approvals, following: new Map(), pending: null, cards: new Map() };
   }
+  // Approval cards survive re-renders (every live event re-renders the run): a new card per render would
+  // drop a reason being typed, and a click whose mousedown hit the old button and mouseup the new one
+  // would be no click at all. A card decided elsewhere is marked in place.
+  const cards = runState.approvals.map((a) => {
+    let card = runState.cards.get(a.id);
+    if (!card) {
+      card = approvalCard(a);
+      runState.cards.set(a.id, card);
+    } else if (a.status !== "pending" && card.dataset.status === "pending") {
+      markDecided(card, a.status, a.note, a.decided_by);
+    }
+    return card;
+  });
   const tree = runState.tree;
   const runs = walk(tree);
   const steps = runs.reduce((n, r) => n + r.steps.length, 0);
@@ -273,7 +286,7 @@ async function runView(id, rerender) {
         ["cost", fmtCost(tree.cost)], ["steps", steps], ["child runs", runs.length - 1],
         ["agent", h("a", { href: `#/agents/${tree.agent_id}` }, tree.agent_id.slice(0, 12))]]
         .map(([k, v]) => h("div", {}, h("b", {}, v), h("span", {}, k)))),
-    runState.approvals.length ? h("div", { class: "approvals", id: "approvals" }, runState.approvals.map(approvalCard)) : null,
+    cards.length ? h("div", { class: "approvals", id: "approvals" }, cards) : null,
     waterfall(tree),
     tree.final_message ? [h("h4", {}, "final message"), h("div", { class: "msg" }, tree.final_message)] : null,
   );
