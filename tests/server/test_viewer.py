@@ -179,9 +179,8 @@ async def test_a_pending_approval_is_approved_from_the_conversation_and_the_answ
     await page.screenshot(path=str(tmp_path / "approved.png"))
 
 
-async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run(
-    make_env: Any, page: Any, tmp_path: Path
-) -> None:
+async def open_run_awaiting_approval(make_env: Any, page: Any) -> dict[str, Any]:
+    """A run whose one `transfer` call waits for a decision, open in the run view (which follows it live)."""
     support.TRANSFERS.clear()
     env: Env = await make_env(tokens=None)
     env.model.tool, env.model.calls = "transfer", 1
@@ -190,9 +189,16 @@ async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run
     await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "pay"})
     await env.idle(agent["id"])
     (run,) = (await env.http.get("/v1/runs")).json()["items"]
-    assert run["status"] == "awaiting_input"
     await page.goto(f"{base}/ui#/runs/{run['id']}")
     await page.wait_for_selector(".live")  # waiting for a decision is not settled: the page follows it
+    return dict(run)
+
+
+async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run(
+    make_env: Any, page: Any, tmp_path: Path
+) -> None:
+    run = await open_run_awaiting_approval(make_env, page)
+    assert run["status"] == "awaiting_input"
     await page.click(".approval[data-status='pending'] button.deny")
     await page.wait_for_selector(".row.run .status.completed")
     await page.wait_for_selector(".approval[data-status='rejected'] >> text=denied")
@@ -203,16 +209,7 @@ async def test_a_pending_approval_shows_in_the_run_view_and_deny_settles_the_run
 async def test_an_approval_card_survives_the_run_view_re_rendering(make_env: Any, page: Any) -> None:
     """Every live event re-renders the run view; the pending approval's card is the same element after it
     (a reason being typed stays, and a click cannot fall between an old and a new button)."""
-    support.TRANSFERS.clear()
-    env: Env = await make_env(tokens=None)
-    env.model.tool, env.model.calls = "transfer", 1
-    base = await env.live()
-    agent = await env.agent(secret="", tools=["transfer"])
-    await env.http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "pay"})
-    await env.idle(agent["id"])
-    (run,) = (await env.http.get("/v1/runs")).json()["items"]
-    await page.goto(f"{base}/ui#/runs/{run['id']}")
-    await page.wait_for_selector(".live")
+    await open_run_awaiting_approval(make_env, page)
     await page.fill(".approval .approval-reason", "half typed")
     await page.evaluate("document.querySelector('.approval').dataset.marker = 'before'")
     await page.evaluate("runView(runState.id, true)")  # what each live event does
