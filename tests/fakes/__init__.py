@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,9 @@ class FakeServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._count = 0
+        self.responder: Callable[[Any], Reply] | None = None
+        """When set, the reply to each request is `responder(request body)` instead of the next queued one
+        (a model whose answer is a function of the request, for processes the test cannot script)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -182,6 +186,8 @@ class FakeServer:
 
         if path.split("?", 1)[0] != self.path or method != "POST":
             reply = Reply(status=404, error_type="not_found_error", error_message=f"no route {method} {path}")
+        elif self.responder is not None:
+            reply = self.responder(body)
         elif self.replies:
             reply = self.replies.popleft()
         else:

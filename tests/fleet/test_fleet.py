@@ -375,3 +375,48 @@ async def test_W3_owners_continue_after_postgresql_restarts(pg_url: str) -> None
         await eventually(send_again, 60, "the client to accept again")
         await eventually(lambda: settled(client, "fleet-restart", 2), 60, "the owner to continue")
         assert owner_of(pg_url, "fleet-restart") == (owner, epoch)  # epochs unchanged, owner continues
+
+
+async def test_W6_a_loop_that_outlives_its_dropped_lease_commits_nothing(pg_url: str) -> None:
+    """The process gives the lease up (its heartbeat found it evicted: every agent stopped, holds dropped)
+    but the agent's loop goes on — here a tool that ignores the cancellation; asyncio can also lose one. Its
+    result commit is refused (`LeaseLost`) although the process holds no lease on the agent any more: a
+    loop's transactions run under the lease it started with, never as an unfenced acceptor's."""
+    started, gate, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @stead.tool(durable=True)
+    async def stubborn() -> str:
+        """Finishes whatever happens."""
+        started.set()
+        while True:
+            try:
+                await gate.wait()
+                return "late"
+            except asyncio.CancelledError:
+                cancelled.set()
+
+    async with open_node(pg_url, tools=[stubborn], fleet=FleetConfig(lease_ttl=30)) as w:
+        assert w.fleet is not None
+        agent = await w.create(provider="scripted", tools=["stubborn"], agent_id="fleet-w6")
+        rt = w._runtimes["fleet-w6"]
+        await agent.send("go", id="w6-m1")
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        other = "00000000-0000-4000-8000-000000000006"
+        query(pg_url, "INSERT INTO stead_workers(id, host, pid) VALUES (%s, 'elsewhere', 1)", (other,))
+        query(pg_url, "UPDATE agents SET owner = %s, epoch = epoch + 1 WHERE id = 'fleet-w6'", (other,))
+        before = query(
+            pg_url, "SELECT seq, epoch, record FROM history WHERE agent_id = 'fleet-w6' ORDER BY seq"
+        )
+        w.fleet._lose_all("evicted (as its heartbeat finds it)")
+        await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+        assert "fleet-w6" not in w.store.held()  # type: ignore[attr-defined]
+        gate.set()  # the loop goes on to commit the result
+        await rt.wait_stopped()
+        after = query(
+            pg_url, "SELECT seq, epoch, record FROM history WHERE agent_id = 'fleet-w6' ORDER BY seq"
+        )
+        assert after == before, "the loop committed after its process gave the lease up"
+        assert w.fleet.lease_losses == 2  # the eviction, then the refused commit
+        assert query(
+            pg_url, "SELECT count(*) FROM kv WHERE agent_id = 'fleet-w6' AND key LIKE 'tool.%%'"
+        ) == [(1,)]

@@ -368,7 +368,10 @@ async def commit_result(
             assert tool is not None
             result = await _run_transactional(st, pending, call, tool, tx, prepared)
         if not await tx.delete(st.id, key):
-            return False  # already answered: the first committed result wins
+            # already answered: the first committed result wins. Whoever committed it (another process
+            # too), this process's history may lack it: the next stage reloads from the store (C4)
+            st.drop_history()
+            return False
         if note:
             result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error)
         if last is None:

@@ -117,3 +117,6 @@ class Env:
     """Called with the agent id when a transaction of its loop raised `LeaseLost` (`stead.core.fleet`)."""
     remote_abort: Callable[[str], Awaitable[None]] | None = None
     """Aborts an agent this process does not run (PostgreSQL: asks its owner, `stead.core.fleet`)."""
+    pin_lease: Callable[[str], None] | None = None
+    """Called with the agent id as its loop starts, inside the loop's task: that loop (and its tools) may
+    commit only under the lease this process holds now (W6, `PostgresStore.pin`)."""

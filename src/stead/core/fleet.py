@@ -127,6 +127,7 @@ class Fleet:
         self._stopping = False
         env.lease_lost = self._lease_lost
         env.remote_abort = self._remote_abort
+        env.pin_lease = getattr(store, "pin", None)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, only: Collection[str] | None = None) -> list[str]:

@@ -16,7 +16,9 @@ record (an activation) can appear in the store without any callback here. What s
 owner (the process holding the agent's lease at the current epoch, fenced on every transaction) writes
 the history, the settings and the dispatched batch, so the records and settings in the mirror still equal
 what a reload rebuilds; `pending` may lag behind the store until the owner is woken (pg_notify from the
-accepting transaction, or the poll) and re-reads it. A mirror whose lease is lost is dropped whole
+accepting transaction, or the poll) and re-reads it. A result commit that finds its call answered by
+someone else (the first committed result wins) drops the history here, and the next stage reloads it
+(`drop_history`, C4). A mirror whose lease is lost is dropped whole
 (`AgentRuntime.disown`), never reused: the next owner loads from the store.
 """
 
@@ -98,7 +100,13 @@ class Mirror:
         self.compaction_failures = failures
         self.learned_window = learned
 
-    def _set_records(self, records: list[dict[str, Any]]) -> None:
+    def drop_history(self) -> None:
+        """The history in memory may lag behind the store (a result commit found its call answered by
+        another writer): forget it, so the next stage loads what was committed (C4). Always safe: the
+        mirror is a cache."""
+        self._set_records(None)
+
+    def _set_records(self, records: list[dict[str, Any]] | None) -> None:
         if records is self._records:
             return
         self._records = records

@@ -200,6 +200,8 @@ class AgentRuntime(AgentState):
     async def _loop(self) -> None:
         self.loop_runs += 1
         inside_agent.set(self.id)
+        if self.env.pin_lease is not None:
+            self.env.pin_lease(self.id)  # W6: a loop outliving its lease commits nothing
         task = asyncio.current_task()
         assert task is not None
         # a retry delay is slept inside the try below, so that an abort during the wait is handled (X1)

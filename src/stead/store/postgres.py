@@ -22,7 +22,9 @@ process changes between its reads and its writes holds unchanged. Other processe
 agent by row locks: a write locks the agent's row (`FOR NO KEY UPDATE`) at the first write of a
 transaction, and a transaction touching an agent this process holds a lease on (`hold`, `claim`) first
 runs `stead_fence(agent, epoch)`, which takes the same lock and raises SQLSTATE `SL001` — `LeaseLost` —
-when another worker moved the epoch. Both are pipelined: no extra round trip.
+when another worker moved the epoch. Both are pipelined: no extra round trip. The transactions of an
+agent's loop (and its tools) are tied to the lease the loop started under (`pin`): once this process no
+longer holds that epoch they raise `LeaseLost` at once, even though the lease was dropped here (W6).
 
 A store opened with `readonly=True` runs no migration, checks that the database is a stead store of a
 version it can read, runs each transaction as one `REPEATABLE READ READ ONLY` snapshot and refuses every
@@ -47,7 +49,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from stead.errors import Closed, InvalidInput, ReadOnly, StoreCrashed, StoreError
+from stead.errors import Closed, InvalidInput, LeaseLost, ReadOnly, StoreCrashed, StoreError
 from stead.store import _pg_lease as lease
 from stead.store._pg_schema import SCHEMA_VERSION, check_versions, migrate
 from stead.store._pg_sql import store_error, translate
@@ -126,6 +128,8 @@ class PgStats:
 
 
 _current: ContextVar[_PgTx | None] = ContextVar("stead_pg_tx", default=None)
+_pinned: ContextVar[tuple[PostgresStore, str, int] | None] = ContextVar("stead_pg_pinned", default=None)
+"""The lease an agent's loop started under (`PostgresStore.pin`): its task, and the tasks it starts."""
 
 
 class PostgresStore:
@@ -272,6 +276,16 @@ class PostgresStore:
     def held(self) -> dict[str, int]:
         """The agents this process holds leases on, with their epochs (what the fence checks)."""
         return dict(self._held)
+
+    def pin(self, agent_id: str) -> None:
+        """Called by an agent's loop as it starts, in its task: every later transaction of this task (and
+        of the tasks it starts: its tools) touching `agent_id` must run under the lease held now. Once this
+        process no longer holds that epoch (lost, released, or taken again at a new epoch), such a
+        transaction raises `LeaseLost` before it sends anything. Dropping a lease therefore never turns
+        a loop that outlived it (a cancellation asyncio lost, a tool that ignores it) into an unfenced
+        writer (W6). Not held now: nothing is pinned."""
+        epoch = self._held.get(agent_id)
+        _pinned.set(None if epoch is None else (self, agent_id, epoch))
 
     async def lease_sql(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One short bookkeeping statement of the fleet (rescans, crash detection, ending frozen sessions) in
@@ -582,8 +596,23 @@ class _PgTx:
         self.op = name
 
     async def _fence(self, conn: Conn, agent_id: str | None) -> None:
-        """The first touch of an agent this process holds runs the fence (queued, no wait)."""
-        if agent_id is None or agent_id in self.fenced:
+        """The first touch of an agent this process holds runs the fence (queued, no wait). A task pinned
+        to a lease of the agent (its loop) is refused at once when this process no longer holds it."""
+        if agent_id is None:
+            return
+        pinned = _pinned.get()
+        if (
+            pinned is not None
+            and pinned[1] == agent_id
+            and pinned[0] is self.store
+            and self.store._held.get(agent_id) != pinned[2]
+        ):
+            raise LeaseLost(
+                f"lease lost on agent {agent_id!r}: this loop runs under epoch {pinned[2]}, which this "
+                "process no longer holds; it must stop running it",
+                agent_id,
+            )
+        if agent_id in self.fenced:
             return
         epoch = self.store._held.get(agent_id)
         if epoch is not None:
