@@ -292,12 +292,23 @@ class Agent:
         return result
 
     async def _run_result(self, message_id: str) -> RunResult | None:
-        """The result of the run that consumed `message_id`, or None while it is queued or running."""
+        """The result of the run that consumed `message_id`, or None while it is queued or running.
+
+        Consumption moves the message from the queue to the history in one transaction (C1), but on
+        PostgreSQL a transaction that only reads runs each read in its own snapshot, so a consumption can
+        commit between the history read and the queue read. A message the queue read no longer finds is
+        in the history from then on: the history is read again after such a queue read (W7)."""
         async with self._rt.env.store.transaction() as tx:
             state = await read_run_state(tx, self.id, message_id)
-            queued = state is None and any(
-                json.loads(v).get("id") == message_id for _, v in await tx.read_prefix(self.id, R.QUEUE) if v
-            )
+            queued = False
+            if state is None:
+                queued = any(
+                    json.loads(v).get("id") == message_id
+                    for _, v in await tx.read_prefix(self.id, R.QUEUE)
+                    if v
+                )
+                if not queued:
+                    state = await read_run_state(tx, self.id, message_id)
         if state is None:
             if queued:
                 return None

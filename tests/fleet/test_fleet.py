@@ -110,7 +110,8 @@ async def test_W1_a_client_run_returns_the_result_of_the_run_a_worker_ran(pg_url
         assert again.run_id == result.run_id
 
 
-async def test_W2_a_lost_lease_stops_the_loop_for_good_writing_and_emitting_nothing(pg_url: str) -> None:
+def holding_tool() -> tuple[stead.Tool, asyncio.Event, asyncio.Event]:
+    """A tool `hold` that sets `started` when it runs and returns `late` once the test sets `gate`."""
     started, gate = asyncio.Event(), asyncio.Event()
 
     @stead.tool
@@ -120,6 +121,11 @@ async def test_W2_a_lost_lease_stops_the_loop_for_good_writing_and_emitting_noth
         await gate.wait()
         return "late"
 
+    return hold, started, gate
+
+
+async def test_W2_a_lost_lease_stops_the_loop_for_good_writing_and_emitting_nothing(pg_url: str) -> None:
+    hold, started, gate = holding_tool()
     async with open_node(pg_url, tools=[hold], fleet=FleetConfig(lease_ttl=30)) as w:
         assert w.fleet is not None
         agent = await w.create(provider="scripted", tools=["hold"], agent_id="fleet-w2")
@@ -420,3 +426,42 @@ async def test_W6_a_loop_that_outlives_its_dropped_lease_commits_nothing(pg_url:
         assert query(
             pg_url, "SELECT count(*) FROM kv WHERE agent_id = 'fleet-w6' AND key LIKE 'tool.%%'"
         ) == [(1,)]
+
+
+async def test_W7_a_client_run_finds_its_result_when_the_consumption_commits_between_its_reads(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's `agent.run()` reads the history, then the queue (each read in its own snapshot on
+    PostgreSQL). The worker consumes the message exactly between those two reads: the run is still found
+    (the history is read again after the queue read) and its result returned, never `RunNotFound`."""
+    import stead.agent as agent_module
+
+    hold, started, gate = holding_tool()
+    real = agent_module.read_run_state
+    injected: list[str] = []
+
+    async def between(tx: Any, agent_id: str, message_id: str) -> Any:
+        state = await real(tx, agent_id, message_id)
+        if message_id == "w7-m2" and state is None and not injected:
+            injected.append(message_id)
+            gate.set()  # the first run ends and the worker consumes m2, while this client reads
+            await eventually(lambda: consumed(worker, "fleet-w7", "w7-m2"), TIMEOUT, "m2 consumed")
+        return state
+
+    monkeypatch.setattr(agent_module, "read_run_state", between)
+    async with (
+        open_node(pg_url, tools=[hold]) as worker,
+        open_node(pg_url, tools=[hold], run_agents=False) as client,
+    ):
+        agent = await client.create(provider="scripted", tools=["hold"], agent_id="fleet-w7")
+        assert (await agent.send("first", id="w7-m1")).created
+        await asyncio.wait_for(started.wait(), TIMEOUT)  # the worker runs m1's tool: m2 stays queued
+        result = await asyncio.wait_for(agent.run("second", id="w7-m2"), TIMEOUT)
+        assert injected == ["w7-m2"]
+        assert result.text == "answer to second" and result.outcome is stead.Outcome.COMPLETED
+        assert result.message_id == "w7-m2"
+
+
+async def consumed(system: stead.AgentSystem, agent_id: str, message_id: str) -> bool:
+    """Whether `message_id` is in the history (its consumption committed)."""
+    return any(r.get("k") == "u" and r.get("id") == message_id for r in await records(system, agent_id))
