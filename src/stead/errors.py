@@ -108,9 +108,12 @@ class LeaseLost(StoreError):
     durable effect, like every `StoreError`; unlike the others it is not transient: retrying can never
     succeed. The agent's loop in this process must stop and drop its memory; `agent_id` names it."""
 
-    def __init__(self, message: str, agent_id: str | None = None) -> None:
+    def __init__(self, message: str, agent_id: str | None = None, *, retaken: bool = False) -> None:
         super().__init__(message)
         self.agent_id = agent_id
+        self.retaken = retaken
+        """This process holds a newer lease on the agent: only the loop that ran under the old one (W6)
+        must stop; the agent itself stays with this process."""
 
 
 class ProviderError(SteadError):

@@ -428,6 +428,52 @@ async def test_W6_a_loop_that_outlives_its_dropped_lease_commits_nothing(pg_url:
         ) == [(1,)]
 
 
+async def test_W6_a_loop_that_outlives_a_lease_taken_again_stops_and_the_new_lease_runs_the_agent(
+    pg_url: str,
+) -> None:
+    """As above, but before the old loop's run of the tool returns, this worker takes the agent again (it
+    was released: a new epoch). The old loop's commit is refused and only that loop stops: the agent stays
+    with this worker, a new loop under the new lease runs the durable call again and finishes the run."""
+    started, gate, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    @stead.tool(durable=True)
+    async def stubborn() -> str:
+        """Finishes whatever happens."""
+        runs.append("run")
+        started.set()
+        while True:
+            try:
+                await gate.wait()
+                return f"run {len(runs)}"
+            except asyncio.CancelledError:
+                cancelled.set()
+
+    config = FleetConfig(lease_ttl=30, heartbeat=0.3, sweep=0.3, poll=0.3)
+    async with open_node(pg_url, tools=[stubborn], fleet=config) as w:
+        assert w.fleet is not None
+        agent = await w.create(provider="scripted", tools=["stubborn"], agent_id="fleet-w6-again")
+        rt = w._runtimes["fleet-w6-again"]
+        await agent.send("go", id="w6a-m1")
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        _, first = owner_of(pg_url, "fleet-w6-again")
+        w.fleet._lose_all("evicted (as its heartbeat finds it)")
+        await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+        # released (as a sweep releases an evicted worker's agents): this worker's claim takes it again
+        query(pg_url, "UPDATE agents SET owner = NULL, epoch = epoch + 1 WHERE id = 'fleet-w6-again'")
+        await eventually(lambda: w.store.held().get("fleet-w6-again", 0) > first, TIMEOUT, "the claim")  # type: ignore[attr-defined]
+        again = w.store.held()["fleet-w6-again"]  # type: ignore[attr-defined]
+        gate.set()  # the old loop's run returns: its commit is refused, the new loop runs the call again
+        await eventually(lambda: settled(w, "fleet-w6-again", 1), TIMEOUT, "the run under the new lease")
+        assert rt.owned and w.fleet.owned() == ["fleet-w6-again"] and w.fleet.lease_losses == 1
+        assert owner_of(pg_url, "fleet-w6-again") == (w.fleet.me, again)
+        rows = query(
+            pg_url, "SELECT epoch, record FROM history WHERE agent_id = 'fleet-w6-again' ORDER BY seq"
+        )
+        results = [(e, json.loads(r)["b"]["o"]) for e, r in rows if json.loads(r)["k"] == "t"]
+        assert results == [(again, "run 2")]  # the new loop's run, committed under the new lease
+
+
 async def test_W7_a_client_run_finds_its_result_when_the_consumption_commits_between_its_reads(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -611,6 +611,7 @@ class _PgTx:
                 f"lease lost on agent {agent_id!r}: this loop runs under epoch {pinned[2]}, which this "
                 "process no longer holds; it must stop running it",
                 agent_id,
+                retaken=self.store._held.get(agent_id) is not None,
             )
         if agent_id in self.fenced:
             return
