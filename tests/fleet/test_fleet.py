@@ -511,3 +511,38 @@ async def test_W7_a_client_run_finds_its_result_when_the_consumption_commits_bet
 async def consumed(system: stead.AgentSystem, agent_id: str, message_id: str) -> bool:
     """Whether `message_id` is in the history (its consumption committed)."""
     return any(r.get("k") == "u" and r.get("id") == message_id for r in await records(system, agent_id))
+
+
+async def test_C4_a_call_rejected_in_another_process_reaches_the_owner_s_next_request(pg_url: str) -> None:
+    """A client rejects a held call of an agent a worker runs: the rejection's error result is committed by
+    the client, not by the owner, so the owner's memory lacks it. The owner's next provider request is
+    still built from the store: it carries the rejection (the responder answers instead of calling again),
+    and the owner's memory equals a reload."""
+
+    @stead.tool(approval="always", name="guarded")
+    async def guarded() -> str:
+        """A step a human approves."""
+        return "guarded"
+
+    async with (
+        open_node(pg_url, fleet=SLOW_POLL, tools=[guarded], approvals=True) as w,
+        open_node(pg_url, run_agents=False, tools=[guarded], approvals=True) as client,
+    ):
+        agent = await w.create(provider="scripted", tools=["guarded"], agent_id="fleet-c4-reject")
+        await agent.send("go", id="c4r-m1")
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert agent.state == "waiting"
+        (approval,) = await client.approvals()
+        assert (await client.reject(approval.id, note="no")).decided
+        await eventually(lambda: settled(client, "fleet-c4-reject", 1), TIMEOUT, "the rejected run")
+        stored = await records(client, "fleet-c4-reject")
+        assert [(r["k"], r.get("b", {}).get("t")) for r in stored] == [
+            ("u", None),
+            ("b", "c"),
+            ("t", "r"),
+            ("b", "x"),
+            ("e", None),
+        ]
+        assert stored[2]["b"]["o"] == "rejected by reviewer: no" and stored[3]["b"]["x"] == "answer to go"
+        rt = w._runtimes["fleet-c4-reject"]
+        assert rt.records == stored and rt.messages() == build_messages(stored)

@@ -12,14 +12,16 @@ the store before deciding anything (C4).
 
 On PostgreSQL other processes write too (`stead.core.fleet`): a client or another worker may accept
 messages for an agent this process owns, so its queue entries, `msg.*` identities and even the pending
-record (an activation) can appear in the store without any callback here. What stays true: only the
-owner (the process holding the agent's lease at the current epoch, fenced on every transaction) writes
-the history, the settings and the dispatched batch, so the records and settings in the mirror still equal
-what a reload rebuilds; `pending` may lag behind the store until the owner is woken (pg_notify from the
-accepting transaction, or the poll) and re-reads it. A result commit that finds its call answered by
-someone else (the first committed result wins) drops the history here, and the next stage reloads it
-(`drop_history`, C4). A mirror whose lease is lost is dropped whole
-(`AgentRuntime.disown`), never reused: the next owner loads from the store.
+record (an activation) can appear in the store without any callback here. The owner (the process holding
+the agent's lease at the current epoch, fenced on every transaction) writes the settings and the
+dispatched batch, and the history — except the error result of a held call that another process rejects
+(`stead.core.decide`). So the mirror's records can lag behind the store in one way only: a tool result
+missing. Two checks catch it (C4): a result commit that finds its call answered by someone else (the
+first committed result wins) drops the history here (`drop_history`), and an inference stage whose
+records have a call without a result reloads them first (`lacks_results`). `pending` may lag behind the
+store until the owner is woken (pg_notify from the accepting transaction, or the poll) and re-reads it.
+A mirror whose lease is lost is dropped whole (`AgentRuntime.disown`), never reused: the next owner loads
+from the store.
 """
 
 from __future__ import annotations
@@ -99,6 +101,22 @@ class Mirror:
         self._settings = settings
         self.compaction_failures = failures
         self.learned_window = learned
+
+    def lacks_results(self) -> bool:
+        """Whether a tool call of the current turn in memory has no result after it. With the pending
+        record at `inference` every call has been answered in the store, so such a mirror lags behind it:
+        a result was committed by another writer (a rejection decided in another process, on PostgreSQL).
+        Looks back to the latest input only (results always precede the next consumed input)."""
+        answered: set[str] = set()
+        for rec in reversed(self._records or ()):
+            kind = rec.get("k")
+            if kind == "t":
+                answered.add(rec["b"].get("i"))
+            elif kind == "b" and rec["b"].get("t") == "c" and rec["b"].get("i") not in answered:
+                return True
+            elif kind in ("u", "e", "c"):
+                return False
+        return False
 
     def drop_history(self) -> None:
         """The history in memory may lag behind the store (a result commit found its call answered by

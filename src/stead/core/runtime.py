@@ -282,8 +282,8 @@ class AgentRuntime(AgentState):
             if pending is None:
                 tx.after_commit(self._mark_settled_mirror)
                 return False
-            if not self.loaded:
-                await self.load(tx, self.id)
+            if not self.loaded or (pending.stage == "inference" and self.lacks_results()):
+                await self.load(tx, self.id)  # C4: also when another process answered a call
             restored = self.restored
             if restored and self.hooks.wants("activated_tx"):
                 await self.hooks.activated_tx(self.hook_ctx(tx, pending, restored=True))
