@@ -443,6 +443,11 @@ async def test_SEC6a_a_slow_or_idle_client_is_disconnected(env: Env) -> None:
     t0 = time.monotonic()
     assert await asyncio.wait_for(reader.read(1), 5) == b""
     assert time.monotonic() - t0 < 3.0
+    # a request head that grows past 16 KiB without ending is refused and the connection closed
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /v1/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20_000)
+    answer = await asyncio.wait_for(reader.read(), 5)
+    assert answer.startswith(b"HTTP/1.1 400")
     # a body that never arrives in full: 408
     app = stead.server.create_app(env.system, tokens=[Token.from_secret(A, "acme")], body_timeout=1.0)
     slow, slow_task = await start(app, port=0)
@@ -548,6 +553,16 @@ async def test_SEC7e_answers_never_show_absolute_server_paths(make_env: Any, tmp
         "openai: not found (HTTP 404 x): the model server's answer is in the server's log"
     )
     assert public_text("file /home/op/defs/a.yaml: bad") == "file …/a.yaml: bad"
+    cut = ": the model server's answer is in the server's log"
+    assert public_text("failed: openai: HTTP 400 invalid_request_error: body") == (
+        "failed: openai: HTTP 400 invalid_request_error" + cut
+    )
+    context = "openai: context too long: the conversation does not fit the model's context window (body)"
+    assert (
+        public_text(context)
+        == context.removesuffix(" (body)") + ": the model server's answer is in the server's log"
+    )
+    assert public_text("openai: HTTP 500") == "openai: HTTP 500"
     assert public_text("see http://host:1/v1/x") == "see http://host:1/v1/x"
 
 
