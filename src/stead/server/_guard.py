@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import stead
-from stead.server._auth import Principal, TenantPolicy
+from stead.server._auth import Principal
 from stead.server._errors import ApiError, problem_response
 
 __all__ = [
@@ -124,10 +124,6 @@ def check_model(
             f"{'.'.join([*loc[:-1], 'provider'])}: a scripted model file is not allowed from HTTP "
             "callers unless the operator allows it",
         )
-
-
-def allowed_models(operator: Sequence[str], policy: TenantPolicy) -> list[str]:
-    return [*operator, *policy.allowed_models]
 
 
 # ------------------------------------------------------------------ widening (SEC3)

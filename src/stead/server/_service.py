@@ -268,11 +268,7 @@ class Service:
             value = getattr(body, key)
             if value is not None:
                 kwargs[key] = value
-        if (
-            "permission_mode" not in kwargs
-            and ceiling is not None
-            and ceiling in ("read_only", "workspace_write")
-        ):
+        if "permission_mode" not in kwargs and ceiling in ("read_only", "workspace_write"):
             kwargs["permission_mode"] = ceiling  # the default ("auto") is above the tenant's ceiling
         # One transaction: the existence check, this service's row and the kernel's agent row (the creation
         # joins it), so two racing creations of one id make one agent and the other sees it.
