@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 import stead
 from stead.server import Auth, Token
@@ -26,7 +25,7 @@ from stead.server._run import start
 from tests.fakes import Reply
 from tests.fakes.anthropic_server import AnthropicFakeServer
 from tests.fakes.openai_server import OpenAIFakeServer
-from tests.server.support import TEAM, A, B, Capture, Env, Served, bearer, stead_serve
+from tests.server.support import TEAM, A, B, Capture, Env, bearer, stead_serve
 
 OPERATOR_KEYS = {"OPENAI_API_KEY": "sk-operator-openai-secret", "ANTHROPIC_API_KEY": "sk-ant-operator-secret"}
 
@@ -566,4 +565,19 @@ async def test_SEC7e_answers_never_show_absolute_server_paths(make_env: Any, tmp
     assert public_text("see http://host:1/v1/x") == "see http://host:1/v1/x"
 
 
-__all__ = ["Served", "pytest"]
+async def test_SEC1_a_tenants_allowed_models_apply_to_that_tenant_only(make_env: Any, tmp_path: Path) -> None:
+    endpoint = "openai-compatible:*@http://127.0.0.1:9/v1"
+    file = tmp_path / "tokens.yaml"
+    file.write_text(
+        f"tenants:\n  acme:\n    allowed_models: ['{endpoint}']\n"
+        f"tokens:\n  - {{token: {A}, tenant: acme, scopes: [admin]}}\n"
+        f"  - {{token: {B}, tenant: globex, scopes: [admin]}}\n"
+    )
+    auth = stead.server.load_tokens(file)
+    assert auth.policy("acme").allowed_models == (endpoint,) and auth.policy("globex").allowed_models == ()
+    env: Env = await make_env(tokens=None, auth=auth)
+    body = {"model": "openai-compatible:llama@http://127.0.0.1:9/v1"}
+    refused = await env.http.post("/v1/agents", json=body, headers=bearer(B))
+    assert refused.status_code == 422 and refused.json()["code"] == "model_not_allowed"
+    assert (await env.http.get("/v1/agents", headers=bearer(B))).json()["items"] == []
+    assert (await env.http.post("/v1/agents", json=body, headers=bearer(A))).status_code == 201
