@@ -52,14 +52,15 @@ def client_address(request: Request) -> str:
 def check_throttle(service: Service, request: Request) -> None:
     """429 while the caller's address has used up its failed token attempts (SEC7): no token is even
     looked at, so guessing goes no faster than the throttle."""
-    wait = service.auth.throttled(client_address(request))
+    _limited(
+        service.auth.throttled(client_address(request)), "too many failed token attempts from this address"
+    )
+
+
+def _limited(wait: float | None, detail: str) -> None:
+    """429 `rate_limited` with `Retry-After` when there is a `wait`."""
     if wait is not None:
-        raise ApiError(
-            429,
-            "rate_limited",
-            "too many failed token attempts from this address",
-            headers={"Retry-After": retry_after(wait)},
-        )
+        raise ApiError(429, "rate_limited", detail, headers={"Retry-After": retry_after(wait)})
 
 
 def authenticate(
@@ -105,14 +106,7 @@ def requires(scope: str | None) -> Callable[..., Awaitable[Principal]]:
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> Principal:
         principal = authenticate(service, request, credentials)
-        wait = service.auth.limit(principal)
-        if wait is not None:
-            raise ApiError(
-                429,
-                "rate_limited",
-                "too many requests for this token",
-                headers={"Retry-After": retry_after(wait)},
-            )
+        _limited(service.auth.limit(principal), "too many requests for this token")
         if scope is not None and not principal.allows(scope):
             raise ApiError(403, "missing_scope", f"this token lacks the scope {scope!r}")
         return principal
