@@ -18,8 +18,7 @@ from typing import Any
 import httpx
 
 import stead
-from stead.server import Auth, Token
-from stead.server._auth import TenantPolicy
+from stead.server import Auth, TenantPolicy, Token
 from stead.server._redact import public_text
 from stead.server._run import start
 from tests.fakes import Reply
