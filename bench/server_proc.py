@@ -77,7 +77,8 @@ async def main(db: str, sync: str, agents: int, baseline: bool = False, held: bo
         (await system.create(provider="echo", model="echo", agent_id=f"bench{i:04d}")).id
         for i in range(agents)
     ]
-    app = stead.server.create_app(system, heartbeat=15.0)
+    # the fan-out benchmark opens thousands of streams with one (implicit) token: lift the caps (SEC6)
+    app = stead.server.create_app(system, heartbeat=15.0, max_streams=100_000, max_streams_per_token=100_000)
     server, task = await start(app, "127.0.0.1", 0, log_level="error", backlog=4096, timeout_keep_alive=120)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, server.handle_exit, signal.SIGTERM, None)

@@ -439,7 +439,8 @@ def test_run_with_model_uses_the_real_driver(threaded_oai: OpenAIFakeServer, tmp
     assert body["model"] == "gpt-4.1-mini"
     assert {t["function"]["name"] for t in body["tools"]} == {"add", "multiply"}
     assert "careful calculator" in json.dumps(body["messages"][0])
-    assert threaded_oai.requests[-1].headers["authorization"] == "Bearer sk-test"
+    # the model string named its own URL: the operator's OPENAI_API_KEY is not sent there (SEC1a)
+    assert threaded_oai.requests[-1].headers["authorization"] == "Bearer stead-no-key"
     code, out, _ = invoke("history", agent_of(err), "--db", str(db), "--json")
     assert [m["role"] for m in json.loads(out)] == ["user", "assistant", "tool", "assistant"]
 

@@ -5,6 +5,10 @@ an ASGI transport buffers whole responses, so a stream test through it would han
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,7 +171,7 @@ async def open_env(
         approvals=approvals,
     )
     app = create_app(system, tokens=tokens, **app_kwargs)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
     return Env(system, plugin, model, app, http, url)
 
 
@@ -213,3 +217,90 @@ async def collect(events: AsyncIterator[Any], until: Callable[[Any], bool], limi
         if until(ev) or len(out) >= limit:
             break
     return out
+
+
+STEAD = [str(Path(sys.executable).parent / "stead")]
+
+
+@dataclass
+class Served:
+    """A `stead serve` process: its base URL and what it wrote to stderr so far."""
+
+    base: str
+    proc: asyncio.subprocess.Process
+    log: list[str]
+
+
+@contextlib.asynccontextmanager
+async def stead_serve(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Served]:
+    """Run `stead serve ARGS --port 0` as a real process (its stderr drained, so it never blocks on a full
+    pipe); yields once it listens; stops it with SIGTERM."""
+    proc = await asyncio.create_subprocess_exec(
+        *STEAD,
+        "serve",
+        *args,
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    port = None
+    try:
+        async with asyncio.timeout(60):
+            while port is None:
+                line = (await proc.stderr.readline()).decode()
+                if not line:
+                    raise AssertionError("stead serve ended before listening:\n" + "".join(log))
+                log.append(line)
+                m = re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
+                port = int(m.group(1)) if m else None
+
+        async def drain() -> None:
+            assert proc.stderr is not None
+            async for raw in proc.stderr:
+                log.append(raw.decode())
+
+        drainer = asyncio.get_running_loop().create_task(drain())
+        try:
+            yield Served(f"http://127.0.0.1:{port}", proc, log)
+        finally:
+            proc.terminate()
+            await proc.wait()
+            await drainer
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+class Capture:
+    """A loopback listener that records every connection and every byte sent to it (and answers none):
+    proof that nothing was sent its way."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.received = b""
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Capture:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        with contextlib.suppress(ConnectionError):
+            self.received += await reader.read(65536)
+        writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

@@ -87,7 +87,7 @@ async def test_H4_a_rolled_back_change_leaves_no_event_and_no_fingerprint(db_url
     plugins = [ServerPlugin(prune_interval=None), _RefusingPlugin()]
     system = await stead.server.open(db_url, providers={"s": Model()}, plugins=plugins)
     app = stead.server.create_app(system)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
         agent = (await http.post("/v1/agents", json={"provider": "s", "model": "m"})).json()
         r = await http.post(f"/v1/agents/{agent['id']}/messages", json={"content": "refuse me", "id": "m1"})
         assert r.status_code == 422

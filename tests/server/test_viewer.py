@@ -44,6 +44,8 @@ async def page(tmp_path: Path) -> AsyncIterator[Any]:
         page = await context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        # the page runs under its Content-Security-Policy (SEC7c): any violation fails the test
+        page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
         try:
             yield page
         finally:

@@ -6,6 +6,7 @@ no authentication, so the service listens on loopback only and says so."""
 from __future__ import annotations
 
 import ipaddress
+import stat
 from pathlib import Path
 from typing import Annotated
 
@@ -30,21 +31,44 @@ def _url(db: str) -> str:
     return db if "://" in db else f"sqlite:///{db}"
 
 
-async def _serve(db: str, definitions: Path | None, host: str, port: int, tokens: Path | None) -> None:
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+    except OSError:
+        return False
+
+
+async def _serve(
+    db: str,
+    definitions: Path | None,
+    host: str,
+    port: int,
+    tokens: Path | None,
+    allow_models: list[str],
+    docs: bool,
+) -> None:
     try:
         import stead.server as server
     except ImportError as e:  # pragma: no cover - depends on the installed extras
         fail(f"stead serve needs the server extra: pip install 'stead[server]' ({e})")
     auth = server.load_tokens(tokens) if tokens is not None else None
+    if tokens is not None and _readable_by_others(tokens):
+        err().print(
+            RichText(
+                f"stead: warning: the token file {tokens} can be read by other users; "
+                f"chmod 600 {tokens} (or list its tokens as sha256: hashes)"
+            )
+        )
     system = await server.open(_url(db), definitions=definitions)
     try:
-        app = server.create_app(system, auth=auth)
+        app = server.create_app(system, auth=auth, allow_models=allow_models, allowed_hosts=[host], docs=docs)
         note = (
             f"{len(auth.tokens)} token(s) from {tokens}"
             if auth is not None
             else "no --tokens: no authentication, loopback only, one implicit tenant"
         )
-        err().print(RichText(f"stead: serving http://{host}:{port} (viewer: /ui, API: /docs) — {note}"))
+        api = "/docs" if docs else "/openapi.json"
+        err().print(RichText(f"stead: serving http://{host}:{port} (viewer: /ui, API: {api}) — {note}"))
         await server.serve(app, host=host, port=port, log_level="info")
     finally:
         await system.close()
@@ -69,6 +93,19 @@ def serve(
         Path | None,
         typer.Option("--tokens", help="A token file (YAML): tokens, tenants, scopes (docs/server.md)."),
     ] = None,
+    allow_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-model",
+            help="Let callers use model strings with a base URL or a scripted file matching this pattern "
+            "(repeatable): VENDOR:MODEL@URL (the model may use *; vendor and URL exact) or "
+            "scripted:/ABS/PATTERN (docs/security.md).",
+        ),
+    ] = None,
+    docs: Annotated[
+        bool,
+        typer.Option("--docs", help="Serve /docs (Swagger UI; its script and style load from a CDN)."),
+    ] = False,
 ) -> None:
     """Serve the agents of a database over HTTP: REST, resumable event streams and the run viewer (/ui)."""
     if tokens is None and not _loopback(host):
@@ -77,4 +114,4 @@ def serve(
             "loopback only (127.0.0.1, ::1, localhost)",
             2,
         )
-    execute(lambda: _serve(db, definitions, host, port, tokens))
+    execute(lambda: _serve(db, definitions, host, port, tokens, list(allow_model or ()), docs))

@@ -53,6 +53,7 @@ from stead.providers.scripted_file import load_scripted_model
 
 __all__ = [
     "CATALOG",
+    "NO_KEY",
     "SCRIPTED",
     "SCRIPTED_FILE",
     "ModelRouter",
@@ -68,6 +69,9 @@ SCRIPTED_FILE = "scripted-file"
 """The provider name stored for scripted model files (named by absolute path in the model)."""
 SCRIPTED = "scripted"
 """The prefix of scripted model files: `scripted:FILE.yaml`."""
+
+NO_KEY = "stead-no-key"
+"""What a driver gets in place of a vendor's key when its model string names another base URL."""
 
 SpecKind: TypeAlias = Literal["registered", "catalog", "scripted"]
 
@@ -214,6 +218,20 @@ class ModelRouter:
         self._catalogs[path] = (stamp, catalog)
         return catalog
 
+    def key_env(self, route: Route) -> Mapping[str, str]:
+        """The environment a route's driver is built with. A vendor's key goes only to the base URL
+        configured for that vendor (the catalog's `base_url`, or the SDK's default when it names none):
+        a model string's own `@URL` elsewhere gets the placeholder `NO_KEY` in place of the key, so a
+        model string can never send the operator's key to a server of its choosing."""
+        env = self.env
+        if route.key_env is None:
+            return env
+        vendor = self.catalog.vendors.get(route.vendor)
+        configured = vendor.base_url if vendor is not None else None
+        if _same_url(route.base_url, configured):
+            return env
+        return {**env, route.key_env: NO_KEY}
+
     def known(self) -> str:
         """What a model string may name here (registered providers, catalog vendors, driver kinds)."""
         return known_names(self.providers, self.catalog)
@@ -349,7 +367,7 @@ class ModelRouter:
                 return str(exc)
             return None
         assert spec.route is not None
-        return unusable(spec.route, self.env)
+        return unusable(spec.route, self.key_env(spec.route))
 
     def _scripted_file(self, path: Path) -> Provider:
         provider = self._scripted.get(path)
@@ -377,7 +395,7 @@ class ModelRouter:
             if route is not None:
                 provider = self._built.get(route)
                 if provider is None:
-                    provider = self._built[route] = make_provider(route, self.env)
+                    provider = self._built[route] = make_provider(route, self.key_env(route))
         elif is_scripted_provider(name):
             path = scripted_path(model)
             if path is not None:
@@ -437,6 +455,12 @@ def _candidates(model: str | Sequence[str]) -> list[str]:
         if not isinstance(candidate, str):
             raise ConfigurationError(f"model must be a model string or a list of them, not {model!r}")
     return candidates
+
+
+def _same_url(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.strip().rstrip("/").lower() == b.strip().rstrip("/").lower()
 
 
 def _is_str_list(value: Any) -> bool:

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from stead.server._app import create_app
-from stead.server._auth import SCOPES, Auth, Principal, RateLimit, Token, hash_token, load_tokens
+from stead.server._auth import (
+    SCOPES,
+    Auth,
+    Principal,
+    RateLimit,
+    TenantPolicy,
+    Token,
+    hash_token,
+    load_tokens,
+)
 from stead.server._plugin import DURABLE_EVENTS, LIVE_EVENTS, ServerPlugin
 from stead.server._run import Server, serve
 from stead.system import AgentSystem, Plugin
@@ -30,6 +39,7 @@ __all__ = [
     "RateLimit",
     "Server",
     "ServerPlugin",
+    "TenantPolicy",
     "Token",
     "create_app",
     "hash_token",

@@ -20,6 +20,7 @@ import math
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +36,25 @@ __all__ = [
     "Auth",
     "Principal",
     "RateLimit",
+    "TenantPolicy",
     "Token",
     "hash_token",
     "load_tokens",
 ]
 
-SCOPES = ("agents:read", "agents:write", "messages:write", "runs:read", "approvals:decide", "admin")
-Scope = Literal["agents:read", "agents:write", "messages:write", "runs:read", "approvals:decide", "admin"]
+SCOPES = (
+    "agents:read",
+    "agents:write",
+    "agents:admin",
+    "messages:write",
+    "runs:read",
+    "approvals:decide",
+    "admin",
+)
+Scope = Literal[
+    "agents:read", "agents:write", "agents:admin", "messages:write", "runs:read", "approvals:decide", "admin"
+]
+PermissionMode = Literal["read_only", "workspace_write", "auto", "full_access"]
 DEFAULT_TENANT = "default"
 SESSION_COOKIE = "stead_session"
 CSRF_HEADER = "x-stead-request"
@@ -117,6 +130,23 @@ class Principal:
         return "admin" in self.scopes or scope in self.scopes
 
 
+@dataclass(frozen=True)
+class TenantPolicy:
+    """What the operator lets one tenant choose beyond the defaults (the token file's `tenants:`):
+    `allowed_models`, patterns of model strings with a base URL or a scripted file (as
+    `stead serve --allow-model`, docs/security.md); `max_permission_mode`, the highest permission mode an
+    agent of the tenant may be created with or switched to (None: no ceiling beyond the agent's own)."""
+
+    allowed_models: tuple[str, ...] = ()
+    max_permission_mode: str | None = None
+
+
+class _TenantEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    allowed_models: list[str] = Field(default_factory=list)
+    max_permission_mode: PermissionMode | None = None
+
+
 class _TokenEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     token: str = Field(min_length=1)
@@ -131,6 +161,7 @@ class _TokenFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tokens: list[_TokenEntry] = Field(min_length=1)
     default_tenant: str | None = Field(default=None, pattern=NAME_PATTERN)
+    tenants: dict[str, _TenantEntry] = Field(default_factory=dict)
 
 
 _HASHED = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -152,7 +183,11 @@ def load_tokens(path: str | Path) -> Auth:
             raise ConfigurationError(f"{path}: {e}") from None
         expires = entry.expires_at.timestamp() if entry.expires_at is not None else None
         tokens.append(Token(hashed, entry.tenant, frozenset(entry.scopes), entry.name, limit, expires))
-    return Auth(tokens, default_tenant=parsed.default_tenant)
+    tenants = {
+        name: TenantPolicy(tuple(t.allowed_models), t.max_permission_mode)
+        for name, t in parsed.tenants.items()
+    }
+    return Auth(tokens, default_tenant=parsed.default_tenant, tenants=tenants)
 
 
 @dataclass
@@ -161,19 +196,43 @@ class _Bucket:
     at: float
 
 
+def _take(bucket: _Bucket, limit: RateLimit, now: float) -> float | None:
+    """Take one from a token bucket: None if there was one, else the seconds until there is."""
+    bucket.tokens = min(limit.burst, bucket.tokens + (now - bucket.at) * limit.rate)
+    bucket.at = now
+    if bucket.tokens >= 1:
+        bucket.tokens -= 1
+        return None
+    return (1 - bucket.tokens) / limit.rate
+
+
+FAILED_ATTEMPTS = RateLimit(10 / 60, 10)
+"""Failed token attempts allowed per client address: 10, then one more every 6 seconds."""
+
+
 @dataclass
 class Auth:
-    """The service's accepted tokens (none: one implicit tenant with every scope), sessions and buckets."""
+    """The service's accepted tokens (none: one implicit tenant with every scope), sessions and buckets.
+
+    Bounded: at most `max_sessions` browser sessions (the oldest goes first when a new one would exceed
+    it), failed token attempts per client address limited by `failed_attempts` (at most
+    `max_addresses` addresses remembered, the least recent forgotten first)."""
 
     tokens: list[Token] = field(default_factory=list)
     default_tenant: str | None = None
     session_seconds: float = 12 * 3600
     clock: Callable[[], float] = time.monotonic
+    tenants: dict[str, TenantPolicy] = field(default_factory=dict)
+    max_sessions: int = 10_000
+    failed_attempts: RateLimit = FAILED_ATTEMPTS
+    max_addresses: int = 10_000
 
     def __post_init__(self) -> None:
         self._by_hash = {t.hash: t for t in self.tokens}
-        self._sessions: dict[str, tuple[str, float]] = {}
+        self._by_id = {t.id: t for t in self.tokens}
+        self._sessions: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._buckets: dict[str, _Bucket] = {}
+        self._failures: OrderedDict[str, _Bucket] = OrderedDict()
         if not self.tokens and self.default_tenant is None:
             self.default_tenant = DEFAULT_TENANT
 
@@ -185,10 +244,35 @@ class Auth:
     def implicit(self) -> Principal:
         return Principal(DEFAULT_TENANT, frozenset(SCOPES), "implicit")
 
+    def policy(self, tenant: str) -> TenantPolicy:
+        """The operator's policy for a tenant (the defaults when the token file names none)."""
+        return self.tenants.get(tenant) or TenantPolicy()
+
     def _principal(self, token: Token, *, via_cookie: bool = False) -> Principal | None:
         if token.expires_at is not None and time.time() >= token.expires_at:
             return None
         return Principal(token.tenant, token.scopes, token.id, token.name, via_cookie)
+
+    # -- failed attempts -------------------------------------------------------------------------
+    def throttled(self, address: str) -> float | None:
+        """Seconds until `address` may try a token again (its failures used up its bucket), or None."""
+        bucket = self._failures.get(address)
+        if bucket is None:
+            return None
+        limit = self.failed_attempts
+        now = self.clock()
+        available = min(limit.burst, bucket.tokens + (now - bucket.at) * limit.rate)
+        return None if available >= 1 else (1 - available) / limit.rate
+
+    def failed(self, address: str) -> None:
+        """Count one failed token attempt from `address`."""
+        bucket = self._failures.pop(address, None)
+        if bucket is None:
+            bucket = _Bucket(self.failed_attempts.burst, self.clock())
+        _take(bucket, self.failed_attempts, self.clock())
+        self._failures[address] = bucket  # most recent last
+        while len(self._failures) > self.max_addresses:
+            self._failures.popitem(last=False)
 
     def check_secret(self, secret: str) -> Principal | None:
         """The principal of a bearer secret, or None."""
@@ -208,9 +292,21 @@ class Auth:
         principal = self.check_secret(secret)
         if principal is None:
             return None
+        now = self.clock()
+        while self._sessions:  # expired sessions first (the oldest expire first: one lifetime for all)
+            _, (_, expires) = next(iter(self._sessions.items()))
+            if expires > now:
+                break
+            self._sessions.popitem(last=False)
+        while len(self._sessions) >= self.max_sessions:
+            self._sessions.popitem(last=False)
         sid = secrets.token_urlsafe(32)
-        self._sessions[sid] = (hash_token(secret), self.clock() + self.session_seconds)
+        self._sessions[sid] = (hash_token(secret), now + self.session_seconds)
         return sid, principal
+
+    def sessions(self) -> int:
+        """How many browser sessions are kept."""
+        return len(self._sessions)
 
     def session(self, sid: str) -> Principal | None:
         entry = self._sessions.get(sid)
@@ -229,20 +325,13 @@ class Auth:
     # -- rate limits -----------------------------------------------------------------------------
     def limit(self, principal: Principal) -> float | None:
         """Take one request from the principal's bucket; None if allowed, else seconds to wait."""
-        token = next((t for t in self.tokens if t.id == principal.token_id), None)
+        token = self._by_id.get(principal.token_id)
         if token is None or token.rate_limit is None:
             return None
-        limit = token.rate_limit
-        now = self.clock()
         bucket = self._buckets.get(token.hash)
         if bucket is None:
-            bucket = self._buckets[token.hash] = _Bucket(limit.burst, now)
-        bucket.tokens = min(limit.burst, bucket.tokens + (now - bucket.at) * limit.rate)
-        bucket.at = now
-        if bucket.tokens >= 1:
-            bucket.tokens -= 1
-            return None
-        return (1 - bucket.tokens) / limit.rate
+            bucket = self._buckets[token.hash] = _Bucket(token.rate_limit.burst, self.clock())
+        return _take(bucket, token.rate_limit, self.clock())
 
 
 def retry_after(seconds: float) -> str:

@@ -12,7 +12,7 @@ from stead.server._auth import CSRF_HEADER, SESSION_COOKIE, Principal, retry_aft
 from stead.server._errors import ApiError, Problem
 from stead.server._service import Service
 
-__all__ = ["PROBLEMS", "bearer", "get_service", "problems", "requires"]
+__all__ = ["PROBLEMS", "bearer", "check_throttle", "client_address", "get_service", "problems", "requires"]
 
 bearer = HTTPBearer(auto_error=False, description="A token from the service's token file.")
 
@@ -44,6 +44,25 @@ async def get_service(request: Request) -> Service:
     return service
 
 
+def client_address(request: Request) -> str:
+    """The peer's address (the key failed token attempts are counted under)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def check_throttle(service: Service, request: Request) -> None:
+    """429 while the caller's address has used up its failed token attempts (SEC7): no token is even
+    looked at, so guessing goes no faster than the throttle."""
+    _limited(
+        service.auth.throttled(client_address(request)), "too many failed token attempts from this address"
+    )
+
+
+def _limited(wait: float | None, detail: str) -> None:
+    """429 `rate_limited` with `Retry-After` when there is a `wait`."""
+    if wait is not None:
+        raise ApiError(429, "rate_limited", detail, headers={"Retry-After": retry_after(wait)})
+
+
 def authenticate(
     service: Service, request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
@@ -51,9 +70,11 @@ def authenticate(
     if not auth.required:
         return auth.implicit()
     challenge = {"WWW-Authenticate": 'Bearer realm="stead"'}
+    check_throttle(service, request)
     if credentials is not None:
         principal = auth.check_secret(credentials.credentials)
         if principal is None:
+            auth.failed(client_address(request))
             raise ApiError(
                 401,
                 "invalid_token",
@@ -85,14 +106,7 @@ def requires(scope: str | None) -> Callable[..., Awaitable[Principal]]:
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> Principal:
         principal = authenticate(service, request, credentials)
-        wait = service.auth.limit(principal)
-        if wait is not None:
-            raise ApiError(
-                429,
-                "rate_limited",
-                "too many requests for this token",
-                headers={"Retry-After": retry_after(wait)},
-            )
+        _limited(service.auth.limit(principal), "too many requests for this token")
         if scope is not None and not principal.allows(scope):
             raise ApiError(403, "missing_scope", f"this token lacks the scope {scope!r}")
         return principal

@@ -26,6 +26,7 @@ from stead.errors import (
     SteadError,
     StoreError,
 )
+from stead.server._redact import public_text
 
 __all__ = ["PROBLEM", "ApiError", "Problem", "install_handlers", "problem_response"]
 
@@ -39,6 +40,7 @@ _TITLES = {
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
+    408: "Request timeout",
     409: "Conflict",
     413: "Payload too large",
     415: "Unsupported media type",
@@ -81,12 +83,21 @@ class Problem(BaseModel):
 class ApiError(Exception):
     """Raised by routes: becomes a problem response with this status and code."""
 
-    def __init__(self, status: int, code: str, detail: str, *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.headers = headers or {}
+        self.errors = errors
 
 
 def problem_response(
@@ -125,6 +136,17 @@ def _stead_status(e: SteadError) -> tuple[int, str]:
     return 500, "internal"
 
 
+def caller_detail(exc: SteadError) -> str:
+    """What a caller reads of a stead error: its first line (no file's lines quoted after it), a model
+    server's answer cut to its status line, absolute server paths reduced to their last part (SEC1b,
+    SEC7e); the whole text goes to the log."""
+    text = str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if first != text.strip():
+        log.info("refused with: %s", text)
+    return public_text(first) or first
+
+
 def _clean(errors: list[Any]) -> list[dict[str, Any]]:
     out = []
     for e in errors:
@@ -137,14 +159,14 @@ def _clean(errors: list[Any]) -> list[dict[str, Any]]:
 def install_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return problem_response(exc.status, exc.code, exc.detail, headers=exc.headers)
+        return problem_response(exc.status, exc.code, exc.detail, headers=exc.headers, errors=exc.errors)
 
     async def stead_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SteadError)
         status, code = _stead_status(exc)
         if status >= 500:
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-        return problem_response(status, code, str(exc))
+        return problem_response(status, code, caller_detail(exc))
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

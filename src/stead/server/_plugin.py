@@ -43,6 +43,7 @@ from stead.messages import Message, ToolCall, ToolResult
 from stead.observability.records import parent_link
 from stead.providers.base import ReasoningDelta, TextDelta
 from stead.server._hub import Hub, Live, StoredEvent
+from stead.server._redact import public_model, public_text
 from stead.server._wire import block_json, dumps, loads, message_json, usage_json
 from stead.store.base import Tx
 from stead.system import Plugin
@@ -306,9 +307,9 @@ class EventWriter(Hooks):
             {
                 "inference_id": info.inference_id,
                 "provider": info.provider,
-                "model": info.model,
+                "model": public_model(info.model),
                 "reason": info.reason,
-                "error": info.error,
+                "error": public_text(info.error),
                 "usage": usage_json(info.usage),
                 "latency_ms": round((info.ended_at - info.started_at) * 1000, 3),
                 "ttft_ms": ttft,
@@ -374,7 +375,7 @@ class EventWriter(Hooks):
 
     async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
         status = "completed" if error is None else ("cancelled" if error == "aborted" else "failed")
-        await self._event(ctx, "settled", {"status": status, "error": error})
+        await self._event(ctx, "settled", {"status": status, "error": public_text(error)})
 
     async def agent_deleted_tx(self, ctx: HookContext) -> None:
         tx = ctx.tx

@@ -26,6 +26,7 @@ from stead.server._models import (
     QueuedOut,
     QueueOut,
 )
+from stead.server._redact import public_model
 from stead.server._service import Service
 from stead.server._wire import block_json, message_json
 
@@ -52,11 +53,11 @@ async def agent_out(service: Service, agent: Agent, tenant: str) -> AgentOut:
         active=agent.active,
         created_at=await _created_at(service, agent.id),
         provider=config.provider,
-        model=config.model,
+        model=public_model(config.model),
         instructions=config.instructions,
         tools=list(config.tools),
         definition=definition if isinstance(definition, str) else None,
-        settings=agent.settings,
+        settings={k: public_model(v) if k == "model" else v for k, v in agent.settings.items()},
         event_seq=head,
     )
 
@@ -165,7 +166,7 @@ async def post_message(
             raise ApiError(422, "id_mismatch", "the body's id and the Idempotency-Key header differ")
         message_id = idempotency_key
     agent = await service.agent(principal, agent_id)
-    outcome = await service.accept(agent, [(body, message_id)], body.if_busy)
+    outcome = await service.accept(principal, agent, [(body, message_id)], body.if_busy)
     (acc,) = outcome.acceptances
     if not acc.created:
         response.status_code = 200
@@ -193,7 +194,7 @@ async def post_messages(
     agent_id: AgentId, body: BatchIn, response: Response, principal: Send, service: Svc
 ) -> BatchAccepted:
     agent = await service.agent(principal, agent_id)
-    outcome = await service.accept(agent, [(m, m.id) for m in body.messages], body.if_busy)
+    outcome = await service.accept(principal, agent, [(m, m.id) for m in body.messages], body.if_busy)
     if not outcome.created_any:
         response.status_code = 200
     return BatchAccepted(

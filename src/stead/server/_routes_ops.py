@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
 from stead.server._auth import SESSION_COOKIE, Principal
-from stead.server._deps import get_service, problems, requires
+from stead.server._deps import check_throttle, client_address, get_service, problems, requires
 from stead.server._errors import ApiError
 from stead.server._models import Health, SessionIn, SessionOut
 from stead.server._service import Service
@@ -69,8 +69,10 @@ async def create_session(body: SessionIn, request: Request, response: Response, 
     if not auth.required:
         response.status_code = 200
         return _session_out(service, auth.implicit())
+    check_throttle(service, request)
     opened = auth.open_session(body.token)
     if opened is None:
+        auth.failed(client_address(request))
         raise ApiError(
             401,
             "invalid_token",

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from stead._runs import Run, Step
 from stead.server._auth import Principal
 from stead.server._deps import PROBLEMS, get_service, problems, requires
 from stead.server._models import RunList, RunOut, RunTree, StepList, StepOut
+from stead.server._redact import public_text
 from stead.server._service import Service
 from stead.server._stream import event_stream, parse_cursor
 
@@ -40,7 +43,7 @@ def step_out(s: Step) -> StepOut:
         duration=s.duration,
         target=s.target,
         target_run_id=s.target_run_id,
-        error=s.error,
+        error=public_text(s.error),
         input=s.input,
         output=s.output,
     )
@@ -57,7 +60,7 @@ def run_fields(r: Run) -> dict[str, Any]:
         "started_at": r.started_at,
         "completed_at": r.completed_at,
         "duration": r.duration,
-        "error": r.error,
+        "error": public_text(r.error),
         "final_message": r.final_message,
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
@@ -154,6 +157,25 @@ LastEventId = Annotated[
 ]
 
 
+class SlotResponse(StreamingResponse):
+    """A stream that gives its slot back when it ends, however it ends (its body may never start: a
+    client gone before the first byte)."""
+
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        self._release = release
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            release()
+            raise
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
 @events_router.get(
     "/agents/{agent_id}/events",
     operation_id="streamAgentEvents",
@@ -173,6 +195,7 @@ async def stream_agent_events(
     await service.agent(principal, agent_id)
     cursor, mid_block = parse_cursor(last_event_id, after)
     config = service.config
+    release = service.streams.take(principal)
     frames = event_stream(
         service,
         agent_id,
@@ -182,7 +205,7 @@ async def stream_agent_events(
         heartbeat=config.heartbeat,
         retry_ms=config.retry_ms,
     )
-    return StreamingResponse(frames, media_type="text/event-stream", headers=_SSE_HEADERS)
+    return SlotResponse(release, frames, media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 @events_router.get(
@@ -204,6 +227,7 @@ async def stream_run_events(
     run = await service.run(principal, run_id)
     cursor, mid_block = parse_cursor(last_event_id, after)
     config = service.config
+    release = service.streams.take(principal)
     frames = event_stream(
         service,
         run.agent_id,
@@ -215,4 +239,4 @@ async def stream_run_events(
         heartbeat=config.heartbeat,
         retry_ms=config.retry_ms,
     )
-    return StreamingResponse(frames, media_type="text/event-stream", headers=_SSE_HEADERS)
+    return SlotResponse(release, frames, media_type="text/event-stream", headers=_SSE_HEADERS)

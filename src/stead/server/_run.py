@@ -60,9 +60,71 @@ def _unwrap(app: Any) -> Any:
     return app
 
 
-def config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **kwargs: Any) -> uvicorn.Config:
+HEADER_TIMEOUT = 10.0
+"""Seconds a connection may take to deliver a request's headers (from connecting, or from the end of its
+previous response) before it is closed: a slow or partial request holds nothing for long (SEC6a)."""
+
+
+def guarded_h11(header_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline on the request head. uvicorn's own `timeout_keep_alive`
+    only runs between requests and any byte cancels it, so a client that connects and sends its headers
+    one byte at a time (slowloris) would hold the connection forever."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_deadline = self.loop.call_later(header_timeout, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+
+        def _too_slow(self) -> None:
+            self._head_deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._head_deadline is not None and self.conn.their_state is not h11.IDLE:
+                self._disarm()  # the head arrived: the request runs under the app's own limits
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def config(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    header_timeout: float = HEADER_TIMEOUT,
+    **kwargs: Any,
+) -> uvicorn.Config:
+    """uvicorn's configuration for a stead app: h11 with a request-head deadline (`header_timeout`), 5 s
+    idle keep-alive, request heads of at most 16 KiB (SEC6a)."""
     kwargs.setdefault("log_level", "warning")
     kwargs.setdefault("timeout_graceful_shutdown", 5)
+    kwargs.setdefault("timeout_keep_alive", 5)
+    kwargs.setdefault("h11_max_incomplete_event_size", 16 * 1024)
+    kwargs.setdefault("http", guarded_h11(header_timeout))
     return uvicorn.Config(app, host=host, port=port, lifespan="on", **kwargs)
 
 

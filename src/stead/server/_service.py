@@ -8,11 +8,14 @@ they guard.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,16 +23,25 @@ from stead._approvals import Approval, ApprovalSource, Decision
 from stead._ids import new_id
 from stead._runs import Run
 from stead.agent import Acceptance, Agent, Input
-from stead.errors import AgentNotFound, InvalidInput, NotFound, RunNotFound
+from stead.errors import AgentNotFound, ConfigurationError, InvalidInput, NotFound, RunNotFound
 from stead.messages import encode_block
 from stead.server._auth import Auth, Principal
 from stead.server._errors import ApiError
+from stead.server._guard import (
+    check_metadata,
+    check_model,
+    check_permission_mode,
+    needs_permission,
+)
 from stead.server._models import BatchItem, CreateAgent, MessageIn
 from stead.server._plugin import ServerPlugin
+from stead.server._redact import public_text
 from stead.server._wire import blocks_from_json, dumps
 from stead.system import AgentSystem
 
 __all__ = ["Service", "ServiceConfig", "approvals_offered"]
+
+log = logging.getLogger("stead.server")
 
 RECORDS_MODULE = "observability"
 APPROVALS_MODULE = "policy"
@@ -89,11 +101,63 @@ class AcceptOutcome:
 @dataclass(frozen=True)
 class ServiceConfig:
     """Stream timing: a `: ping` after `heartbeat` seconds of silence; `retry:` tells clients how long to
-    wait before reconnecting. `max_body_bytes`: larger requests are 413."""
+    wait before reconnecting. `max_body_bytes`: larger requests are 413. `allow_models`: the operator's
+    patterns of model strings with a base URL or a scripted file callers may use (docs/security.md).
+    `max_streams` open event streams per process, `max_streams_per_token` per token: one more is 429."""
 
     heartbeat: float = 15.0
     retry_ms: int = 2000
     max_body_bytes: int = 2_000_000
+    allow_models: tuple[str, ...] = ()
+    max_streams: int = 1000
+    max_streams_per_token: int = 100
+
+
+class StreamSlots:
+    """Open event streams, per token and in all (SEC6): `take` reserves one or raises 429."""
+
+    def __init__(self, total: int, per_token: int, retry_after: int) -> None:
+        self.total, self.per_token, self.retry_after = total, per_token, retry_after
+        self.open = 0
+        self.by_token: dict[str, int] = {}
+        self._released = asyncio.Event()
+
+    async def wait_open(self, at_most: int) -> None:
+        """Return once at most `at_most` streams are open (they end as their clients go)."""
+        while self.open > at_most:
+            self._released.clear()
+            await self._released.wait()
+
+    def take(self, principal: Principal) -> Callable[[], None]:
+        """Reserve a stream for `principal`; the returned function gives it back (once)."""
+        key = principal.token_id
+        mine = self.by_token.get(key, 0)
+        if self.open >= self.total or mine >= self.per_token:
+            which = "this service" if self.open >= self.total else "this token"
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"too many open event streams for {which}; close one or retry later",
+                headers={"Retry-After": str(self.retry_after)},
+            )
+        self.open += 1
+        self.by_token[key] = mine + 1
+        given = False
+
+        def give_back() -> None:
+            nonlocal given
+            if given:
+                return
+            given = True
+            self.open -= 1
+            self._released.set()
+            left = self.by_token.get(key, 1) - 1
+            if left > 0:
+                self.by_token[key] = left
+            else:
+                self.by_token.pop(key, None)
+
+        return give_back
 
 
 class Service:
@@ -106,6 +170,14 @@ class Service:
         self.plugin = plugin
         self.auth = auth
         self.config = config or ServiceConfig()
+        cfg = self.config
+        self.streams = StreamSlots(
+            cfg.max_streams, cfg.max_streams_per_token, max(1, -(-cfg.retry_ms // 1000))
+        )
+
+    def allowed_models(self, principal: Principal) -> list[str]:
+        """The model patterns the operator allows this principal's tenant (docs/security.md)."""
+        return [*self.config.allow_models, *self.auth.policy(principal.tenant).allowed_models]
 
     @property
     def store(self) -> Any:
@@ -184,6 +256,11 @@ class Service:
             )
         if body.definition is None and body.data is not None:
             raise ApiError(422, "invalid_request", "data needs a definition")
+        check_model(body.model, body.provider, allowed=self.allowed_models(principal), loc=("model",))
+        ceiling = self.auth.policy(principal.tenant).max_permission_mode
+        check_permission_mode(
+            body.permission_mode, principal, ceilings={"the tenant": ceiling}, field="permission_mode"
+        )
         fp = fingerprint(body.model_dump(exclude={"id"}, exclude_none=True))
         agent_id = body.id if body.id is not None else new_id()
         kwargs: dict[str, Any] = {}
@@ -191,6 +268,8 @@ class Service:
             value = getattr(body, key)
             if value is not None:
                 kwargs[key] = value
+        if "permission_mode" not in kwargs and ceiling in ("read_only", "workspace_write"):
+            kwargs["permission_mode"] = ceiling  # the default ("auto") is above the tenant's ceiling
         # One transaction: the existence check, this service's row and the kernel's agent row (the creation
         # joins it), so two racing creations of one id make one agent and the other sees it.
         async with self.store.transaction() as tx:
@@ -214,20 +293,21 @@ class Service:
                     "fingerprint = excluded.fingerprint, head_seq = 0, pruned_through = 0",
                     (agent_id, principal.tenant, fp),
                 )
-                if body.definition is not None:
-                    agent = await self.system.create(
-                        agent_id=agent_id, definition=body.definition, data=body.data, **kwargs
-                    )
-                else:
-                    agent = await self.system.create(
-                        agent_id=agent_id,
-                        provider=body.provider,
-                        model=body.model,
-                        instructions=body.instructions or "",
-                        tools=body.tools or (),
-                        name=body.name,
-                        **kwargs,
-                    )
+                with _quiet_model_errors(body.model):
+                    if body.definition is not None:
+                        agent = await self.system.create(
+                            agent_id=agent_id, definition=body.definition, data=body.data, **kwargs
+                        )
+                    else:
+                        agent = await self.system.create(
+                            agent_id=agent_id,
+                            provider=body.provider,
+                            model=body.model,
+                            instructions=body.instructions or "",
+                            tools=body.tools or (),
+                            name=body.name,
+                            **kwargs,
+                        )
         if existing:
             return await self.system.get(agent_id), False
         return agent, True
@@ -241,6 +321,30 @@ class Service:
         await self.system.delete(agent_id)
 
     # ------------------------------------------------------------------ messages
+    def _check_widening(
+        self, principal: Principal, agent: Agent, item: MessageIn | BatchItem, loc: tuple[str, ...]
+    ) -> None:
+        """SEC1 and SEC3 for one message: its model, permission mode and reserved metadata."""
+        config = agent.config
+        field = ".".join(loc)
+        check_metadata(item.metadata, principal, config, f"{field}.metadata" if field else "metadata")
+        settings = item.settings
+        if settings is None:
+            return
+        where = (*loc, "settings")
+        check_model(
+            settings.model, settings.provider, allowed=self.allowed_models(principal), loc=(*where, "model")
+        )
+        check_permission_mode(
+            settings.permission_mode,
+            principal,
+            ceilings={
+                "the agent": config.permission_mode,
+                "the tenant": self.auth.policy(principal.tenant).max_permission_mode,
+            },
+            field=".".join((*where, "permission_mode")),
+        )
+
     def _input(self, item: MessageIn | BatchItem, message_id: str) -> tuple[Input, str]:
         content = blocks_from_json(
             [c.model_dump() for c in item.content] if isinstance(item.content, list) else item.content
@@ -276,13 +380,17 @@ class Service:
 
     async def accept(
         self,
+        principal: Principal,
         agent: Agent,
         items: Sequence[tuple[MessageIn | BatchItem, str | None]],
         if_busy: str,
     ) -> AcceptOutcome:
-        """Accept messages (all or none) with their fingerprints, in one transaction."""
+        """Accept messages (all or none) with their fingerprints, in one transaction; a message that would
+        widen the agent or name an endpoint or file the operator did not allow is refused first."""
         prepared: list[tuple[Input, str]] = []
-        for item, given in items:
+        batch = len(items) > 1 or isinstance(items[0][0], BatchItem)
+        for i, (item, given) in enumerate(items):
+            self._check_widening(principal, agent, item, ("messages", str(i)) if batch else ())
             prepared.append(self._input(item, given if given is not None else new_id()))
         ids = [inp.id for inp, _ in prepared]
         if len(set(ids)) != len(ids):
@@ -318,7 +426,9 @@ class Service:
                         "VALUES (?, ?, ?, ?)",
                         (agent.id, inp.id, fp, head),
                     )
-            accs = await agent.deliver([inp for inp, _ in prepared])
+            models = [inp.settings.get("model") for inp, _ in prepared if inp.settings]
+            with _quiet_model_errors(*models):
+                accs = await agent.deliver([inp for inp, _ in prepared])
         return AcceptOutcome(accs, head, any(a.created for a in accs))
 
     # ------------------------------------------------------------------ events
@@ -487,6 +597,22 @@ class Service:
         return out, nxt
 
 
+@contextlib.contextmanager
+def _quiet_model_errors(*models: Any) -> Iterator[None]:
+    """A scripted model file the operator allowed may still be missing or malformed: the caller learns
+    that the model cannot be used, never whether the file exists nor what its lines say (SEC1b)."""
+    named = [m for v in models for m in ([v] if isinstance(v, str) else list(v or ())) if isinstance(m, str)]
+    try:
+        yield
+    except ConfigurationError as exc:
+        if any(needs_permission(m) for m in named):
+            log.warning("a caller's model cannot be used: %s", exc)
+            raise ApiError(
+                422, "configuration", "the model cannot be used here (see the server's log)"
+            ) from None
+        raise
+
+
 def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
     (rid, aid, name, prun, pstep, status, started, completed, error, final) = r[:10]
     inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, crumb = r[10:]
@@ -500,7 +626,7 @@ def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
         "started_at": started,
         "completed_at": completed,
         "duration": None if completed is None else completed - started,
-        "error": error,
+        "error": public_text(error),
         "final_message": final,
         "input_tokens": int(inp) + int(cinp),
         "output_tokens": int(out) + int(cout),

@@ -22,7 +22,7 @@ function h(tag, attrs, ...children) {
     if (k === "class") el.className = v;
     else if (k === "data") Object.assign(el.dataset, v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (k === "style") el.setAttribute("style", v);
+    else if (k === "style") el.style.cssText = v; // CSSOM, not an inline style attribute: allowed by the CSP
     else el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat()) {
