@@ -248,6 +248,11 @@ class AgentRuntime(AgentState):
                     break
         except LeaseLost as e:  # raised while settling an abort (stead.core.abort)
             self._lease_lost(e)
+        except (KeyboardInterrupt, SystemExit):
+            # a real Ctrl-C (T8: a tool's own is its error result) or an exit: the process is ending, and
+            # a loop started again here would run the unfinished calls a second time
+            self.draining = True
+            raise
         finally:
             self._loop_task = None
             self.turn = None
