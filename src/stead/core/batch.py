@@ -272,21 +272,23 @@ async def _invoke(
     try:
         output = await tool.call(ctx, args)
     except BaseException as e:
-        return _failed_result(call, e, task)
+        return _failed_result(st, call, e, task)
     return ToolResult(call.id, render_output(output))
 
 
 def _failed_result(
-    call: ToolCall, e: BaseException, task: asyncio.Task[Any] | None, what: str = "failed"
+    st: AgentState, call: ToolCall, e: BaseException, task: asyncio.Task[Any] | None, what: str = "failed"
 ) -> ToolResult:
     """T8: an exception raised out of a tool's code (or its `reconcile` or `prepare` step) running in
     `task`, of any kind — `CancelledError`, `GeneratorExit`, `KeyboardInterrupt`, `SystemExit` or another
     `BaseException` the tool raised itself — is the call's one error result: never a re-run, never the end
     of the process. Raised on instead is what happens to the agent rather than the tool: a real Ctrl-C (a
     `KeyboardInterrupt` raised by the process's SIGINT handler, such as `asyncio.run`'s second Ctrl-C),
-    the coroutine being closed from outside its task (a `GeneratorExit` thrown in), and the task being
+    the coroutine being closed from outside its task (a `GeneratorExit` thrown in), the task being
     cancelled (an abort, a drain, a shutdown: `task.cancelling()`) — as a `CancelledError` whatever the
-    tool turned the cancellation into, so that the abort (X1) still happens."""
+    tool turned the cancellation into, so that the abort (X1) still happens — and a `CancelledError` while
+    this process stops the agent (drained, closed): the call stays unfinished for the next owner (T5; a
+    delegation whose sub-agent stopped with the system says so)."""
     assert call.id is not None
     if isinstance(e, KeyboardInterrupt) and _from_sigint_handler(e):
         raise e
@@ -296,6 +298,8 @@ def _failed_result(
         if isinstance(e, asyncio.CancelledError):
             raise e
         raise asyncio.CancelledError() from e
+    if isinstance(e, asyncio.CancelledError) and (st.draining or st.closed):
+        raise e
     if not isinstance(e, Exception):
         log.warning("tool %r (call %s) raised %s: its error result", call.name, call.id, type(e).__name__)
     return ToolResult(call.id, f"Tool {call.name!r} {what}: {type(e).__name__}: {e}", True)
@@ -345,7 +349,7 @@ async def _execute_now(
     try:
         early, args, ctx = await _prepare(st, pending, call, tool, resumed)
     except BaseException as e:
-        return _failed_result(call, e, task, "could not start")
+        return _failed_result(st, call, e, task, "could not start")
     if early is not None:
         return early
     assert tool is not None and ctx is not None
@@ -469,7 +473,7 @@ async def _run_prepare(
     try:
         return await tool.prepare_fn(ctx, args), None
     except BaseException as e:
-        return None, _failed_result(call, e, task)
+        return None, _failed_result(st, call, e, task)
 
 
 async def _run_transactional(
