@@ -39,7 +39,7 @@ from stead.core.consume import consumption_published, write_consumption
 from stead.core.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted
 from stead.core.gate import Gate, decode_gates, encode_entry
 from stead.core.records import Pending
-from stead.core.response import block_records, response_info
+from stead.core.response import block_records, repaired, response_info
 from stead.core.state import AgentState, Turn
 from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_usage
 from stead.providers.base import BlockEnd, Done
@@ -273,7 +273,7 @@ async def _invoke(
         output = await tool.call(ctx, args)
     except BaseException as e:
         return _failed_result(st, call, e, task)
-    return ToolResult(call.id, render_output(output))
+    return repaired(st, ToolResult(call.id, render_output(output)), f"tool {call.name!r}'s result")
 
 
 def _failed_result(
@@ -387,7 +387,7 @@ def cut_output(result: ToolResult, limit: int) -> ToolResult:
         return result
     kept = max(limit, 0)
     marker = f"…[cut: {n - kept:,} of {n:,} characters]"
-    return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error)
+    return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error, result.repaired)
 
 
 async def commit_result(
@@ -415,14 +415,17 @@ async def commit_result(
     if result is None and tool is not None and tool.prepare_fn is not None:
         # a transactional tool's slow part runs before its transaction opens (never inside one)
         prepared, result = await _run_prepare(st, pending, call, tool)
+    st.committing = cid  # left set when the commit fails: the poison-input breaker names the call (C7)
     async with st.env.store.transaction() as tx:
         if result is None:
             assert tool is not None
             result = await _run_transactional(st, pending, call, tool, tx, prepared)
         if not await tx.delete(st.id, key):
+            st.committing = None
             return False  # already answered: the first committed result wins
         if note:
-            result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error)
+            result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error, result.repaired)
+        result = repaired(st, result, f"the result of call {cid}")  # S5: from a hook, a note, an error
         if last is None:
             last = await tx.last_key(st.id, R.TOOL) is None
         limit = tool.max_result_chars if tool is not None and tool.max_result_chars is not None else None
@@ -455,6 +458,7 @@ async def commit_result(
                 st.emit(ToolFinished(kept))
 
         tx.after_commit(published)
+    st.committing = None
     return True
 
 
