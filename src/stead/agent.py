@@ -47,12 +47,13 @@ from stead.messages import (
     Usage,
     decode_block,
     encode_block,
+    unstorable,
 )
 
 if TYPE_CHECKING:
     from stead._admission import Admission
 
-__all__ = ["Acceptance", "Agent", "Input", "check_message"]
+__all__ = ["Acceptance", "Agent", "Input", "check_message", "check_storable"]
 
 REMOTE_POLL = 0.05
 """Seconds between looks at the store while another process runs the agent (`Agent.run`)."""
@@ -128,8 +129,9 @@ class Agent:
     def state(self) -> Literal["idle", "working", "waiting", "blocked", "stopped"]:
         """`idle`: nothing owed. `working`: work is owed and this process runs it. `waiting`: work is owed
         but nothing can happen before a decision on held tool calls (approvals; also a delegation whose
-        child waits so). `blocked`: work is owed but this process lacks its provider. `stopped`: work is
-        owed but the agent was drained or closed here; the next owner of the store runs it."""
+        child waits so). `blocked`: work is owed but this process lacks its provider (or the store keeps
+        refusing its writes, C7). `stopped`: work is owed but the agent was drained or closed here; the next
+        owner of the store runs it."""
         rt = self._rt
         if not rt.active:
             return "idle"
@@ -407,6 +409,7 @@ class Agent:
             if value is not None and not is_valid_user_id(value):
                 raise InvalidId(f"{what} {_shown(value)} is not a valid id: use {ID_RULE}")
         content = encoded_content(blocks, metadata, self._admission.max_payload_bytes)
+        check_storable("message settings", settings)
         return Inbound(msg_id, item.delivery, item.role, content, metadata, settings, item.user, item.tenant)
 
     def _incoming(self, item: Inbound) -> IncomingMessage:
@@ -621,10 +624,19 @@ def encoded_content(
     """The stored form of the blocks; `InvalidInput` naming the limit and how to raise it when the
     payload (content and metadata, as JSON) is larger than `limit` bytes."""
     content = [encode_block(b) for b in blocks]
+    check_storable("message content", content)
+    check_storable("message metadata", metadata)
     size = len(json.dumps(content)) + len(json.dumps(metadata or {}))
     if size > limit:
         raise InvalidInput(f"message is {size} bytes; the limit is {limit} bytes ({limit_hint})")
     return content
+
+
+def check_storable(what: str, value: Any) -> None:
+    """A7: refuse text no store can hold (a lone surrogate), naming where it is (`InvalidInput`)."""
+    problem = unstorable(value)
+    if problem is not None:
+        raise InvalidInput(f"{what} contains {problem}")
 
 
 def _content_blocks(content: str | Sequence[Block]) -> list[Block]:

@@ -2,6 +2,11 @@
 
 Blocks are small frozen dataclasses so that `stead.Text("hi")` reads naturally and costs little on the hot
 path. `encode_block` / `decode_block` define the stored form; it is part of the on-disk format.
+
+Text that cannot be encoded as UTF-8 (a lone surrogate, U+D800–U+DFFF, which a Python `str` can hold but
+no store can) is repaired where it enters from outside (`repair_block`: model output, tool results): each
+lone surrogate becomes U+FFFD (a valid pair becomes its character), and the block says so
+(`repaired=True`, stored as `"f":1`). Input from callers is refused instead (A7, `unstorable`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ __all__ = [
     "Usage",
     "decode_block",
     "encode_block",
+    "repair_block",
+    "repair_text",
+    "repair_value",
     "text_of",
+    "unstorable",
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "tool", "system"]
@@ -29,9 +38,10 @@ Role: TypeAlias = Literal["user", "assistant", "tool", "system"]
 
 @dataclass(frozen=True, slots=True)
 class Text:
-    """Plain text."""
+    """Plain text. `repaired`: text that could not be stored was replaced with U+FFFD (S5)."""
 
     text: str
+    repaired: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class Reasoning:
     text: str
     signature: str | None = None
     redacted: bool = False
+    repaired: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +60,24 @@ class ToolCall:
 
     `arguments` is a dict, or the raw argument text when the model produced something that is not a JSON
     object (validation turns that into an error result). `id` is assigned by stead when omitted.
+    `repaired`: text in it that could not be stored was replaced with U+FFFD (S5).
     """
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
     id: str | None = None
+    repaired: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The one result of a tool call. `output` is what the model sees."""
+    """The one result of a tool call. `output` is what the model sees; `repaired`: text in it that could not
+    be stored was replaced with U+FFFD (S5)."""
 
     call_id: str
     output: str
     is_error: bool = False
+    repaired: bool = field(default=False, repr=False)
 
 
 Block: TypeAlias = Text | Reasoning | ToolCall | ToolResult
@@ -112,37 +127,113 @@ def text_of(blocks: list[Block]) -> str:
 
 def encode_block(block: Block) -> dict[str, Any]:
     """The stored JSON form of a block (short keys: this is written once per block)."""
+    out: dict[str, Any]
     if isinstance(block, Text):
-        return {"t": "x", "x": block.text}
-    if isinstance(block, ToolCall):
-        return {"t": "c", "n": block.name, "a": block.arguments, "i": block.id}
-    if isinstance(block, ToolResult):
-        out: dict[str, Any] = {"t": "r", "i": block.call_id, "o": block.output}
+        out = {"t": "x", "x": block.text}
+    elif isinstance(block, ToolCall):
+        out = {"t": "c", "n": block.name, "a": block.arguments, "i": block.id}
+    elif isinstance(block, ToolResult):
+        out = {"t": "r", "i": block.call_id, "o": block.output}
         if block.is_error:
             out["e"] = 1
-        return out
-    if isinstance(block, Reasoning):
-        r: dict[str, Any] = {"t": "z", "x": block.text}
+    elif isinstance(block, Reasoning):
+        out = {"t": "z", "x": block.text}
         if block.signature is not None:
-            r["s"] = block.signature
+            out["s"] = block.signature
         if block.redacted:
-            r["d"] = 1
-        return r
-    raise TypeError(f"not a content block: {block!r}")
+            out["d"] = 1
+    else:
+        raise TypeError(f"not a content block: {block!r}")
+    if block.repaired:
+        out["f"] = 1
+    return out
 
 
 def decode_block(data: dict[str, Any]) -> Block:
     """Inverse of `encode_block`."""
     kind = data["t"]
+    fixed = "f" in data and bool(data["f"])
     if kind == "x":
-        return Text(data["x"])
+        return Text(data["x"], fixed)
     if kind == "c":
-        return ToolCall(data["n"], data["a"], data["i"])
+        return ToolCall(data["n"], data["a"], data["i"], fixed)
     if kind == "r":
-        return ToolResult(data["i"], data["o"], bool(data.get("e")))
+        return ToolResult(data["i"], data["o"], bool(data.get("e")), fixed)
     if kind == "z":
-        return Reasoning(data["x"], data.get("s"), bool(data.get("d")))
+        return Reasoning(data["x"], data.get("s"), bool(data.get("d")), fixed)
     raise ValueError(f"unknown stored block kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------- S5, A7
+def _storable_text(text: str) -> bool:
+    if text.isascii():  # O(1) in CPython: most text never pays for the check
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def repair_text(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD (a valid surrogate pair becomes the character it
+    encodes); `text` itself when it can be stored as it is."""
+    if _storable_text(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def repair_value(value: Any) -> Any:
+    """A JSON value (tool-call arguments) with `repair_text` applied to every string in it, keys included;
+    `value` itself when nothing needed it."""
+    if isinstance(value, str):
+        return repair_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        changed = False
+        for k, v in value.items():
+            k2, v2 = repair_text(k) if isinstance(k, str) else k, repair_value(v)
+            changed = changed or k2 is not k or v2 is not v
+            out[k2] = v2
+        return out if changed else value
+    if isinstance(value, list):
+        items = [repair_value(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
+
+
+def repair_block(block: Block) -> Block:
+    """S5: the block with text that cannot be stored (lone surrogates) replaced by U+FFFD and marked
+    `repaired=True`; the block itself when nothing needed it (the usual case, checked cheaply)."""
+    if isinstance(block, Text):
+        text = repair_text(block.text)
+        return block if text is block.text else Text(text, True)
+    if isinstance(block, ToolResult):
+        cid, out = repair_text(block.call_id), repair_text(block.output)
+        if cid is block.call_id and out is block.output:
+            return block
+        return ToolResult(cid, out, block.is_error, True)
+    if isinstance(block, ToolCall):
+        name, args = repair_text(block.name), repair_value(block.arguments)
+        bid = block.id if block.id is None else repair_text(block.id)
+        if name is block.name and args is block.arguments and bid is block.id:
+            return block
+        return ToolCall(name, args, bid, True)
+    text = repair_text(block.text)
+    sig = block.signature if block.signature is None else repair_text(block.signature)
+    if text is block.text and sig is block.signature:
+        return block
+    return Reasoning(text, sig, block.redacted, True)
+
+
+def unstorable(value: Any) -> str | None:
+    """A7: what in a JSON value (message content, metadata, settings) cannot be stored ("a lone surrogate
+    U+D800 ..."), or None when all of it can."""
+    try:
+        dumps(value).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"a lone surrogate U+{ord(e.object[e.start]):04X} (text must be valid Unicode)"
+    return None
 
 
 def encode_usage(usage: Usage) -> list[Any]:

@@ -8,7 +8,8 @@ claims the call by deleting its entry, appends the result record and erases the 
 On resume after a crash (the entry exists but this process never dispatched it), a `durable` call runs
 again with the same id; a `transactional` call had no effect (its transaction never committed) and runs
 again; any other call is *in doubt* and gets an error result saying so — unless its tool has a `reconcile`
-hook that decides from durable evidence (T5).
+hook that decides from durable evidence (T5). Whatever a call raises, `BaseException`s included, is its
+one error result; only what happens to the agent (a cancellation, a real Ctrl-C) goes on up (T8).
 
 A layer above may gate calls at dispatch (`stead.core.gate`): a held call does not run until it is decided
 and the agent makes no provider request meanwhile; a refused call gets its error result in call order
@@ -26,8 +27,10 @@ produced (a large output stored elsewhere, kept in the conversation as a referen
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import signal
 from typing import Any
 
 from stead._ids import new_id
@@ -36,7 +39,7 @@ from stead.core.consume import consumption_published, write_consumption
 from stead.core.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted
 from stead.core.gate import Gate, decode_gates, encode_entry
 from stead.core.records import Pending
-from stead.core.response import block_records, response_info
+from stead.core.response import block_records, repaired, response_info
 from stead.core.state import AgentState, Turn
 from stead.messages import ToolCall, ToolResult, decode_block, dumps, encode_usage
 from stead.providers.base import BlockEnd, Done
@@ -265,13 +268,64 @@ async def _invoke(
     assert call.id is not None
     if st.listening:
         st.emit(ToolStarted(call))
+    task = asyncio.current_task()
     try:
         output = await tool.call(ctx, args)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        return ToolResult(call.id, f"Tool {call.name!r} failed: {type(e).__name__}: {e}", True)
-    return ToolResult(call.id, render_output(output))
+    except BaseException as e:
+        return _failed_result(st, call, e, task)
+    return repaired(st, ToolResult(call.id, render_output(output)), f"tool {call.name!r}'s result")
+
+
+def _failed_result(
+    st: AgentState, call: ToolCall, e: BaseException, task: asyncio.Task[Any] | None, what: str = "failed"
+) -> ToolResult:
+    """T8: an exception raised out of a tool's code (or its `reconcile` or `prepare` step) running in
+    `task`, of any kind — `CancelledError`, `GeneratorExit`, `KeyboardInterrupt`, `SystemExit` or another
+    `BaseException` the tool raised itself — is the call's one error result: never a re-run, never the end
+    of the process. Raised on instead is what happens to the agent rather than the tool: a real Ctrl-C (a
+    `KeyboardInterrupt` raised by the process's SIGINT handler, such as `asyncio.run`'s second Ctrl-C),
+    the coroutine being closed from outside its task (a `GeneratorExit` thrown in), the task being
+    cancelled (an abort, a drain, a shutdown: `task.cancelling()`) — as a `CancelledError` whatever the
+    tool turned the cancellation into, so that the abort (X1) still happens — and a `CancelledError` while
+    this process stops the agent (drained, closed): the call stays unfinished for the next owner (T5; a
+    delegation whose sub-agent stopped with the system says so)."""
+    assert call.id is not None
+    if isinstance(e, KeyboardInterrupt) and _from_sigint_handler(e):
+        raise e
+    if isinstance(e, GeneratorExit) and not _inside(task):
+        raise e
+    if task is not None and task.cancelling():
+        if isinstance(e, asyncio.CancelledError):
+            raise e
+        raise asyncio.CancelledError() from e
+    if isinstance(e, asyncio.CancelledError) and (st.draining or st.closed):
+        raise e
+    if not isinstance(e, Exception):
+        log.warning("tool %r (call %s) raised %s: its error result", call.name, call.id, type(e).__name__)
+    return ToolResult(call.id, f"Tool {call.name!r} {what}: {type(e).__name__}: {e}", True)
+
+
+def _inside(task: asyncio.Task[Any] | None) -> bool:
+    """Whether `task` is the one running now (not so for a coroutine closed from outside its task)."""
+    try:
+        return task is not None and asyncio.current_task() is task
+    except RuntimeError:  # no running loop
+        return False
+
+
+def _from_sigint_handler(e: BaseException) -> bool:
+    """Whether the SIGINT handler's own code raised `e` (a signal, not the tool: its frame is in the
+    traceback). Python's default handler raises from C, so it cannot be told apart from the tool."""
+    handler: Any = signal.getsignal(signal.SIGINT)
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+    tb = e.__traceback__
+    while code is not None and tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 async def _execute(
@@ -291,13 +345,11 @@ async def _execute_now(
     st: AgentState, pending: Pending, call: ToolCall, tool: Tool | None, resumed: bool
 ) -> ToolResult:
     """Run one call now (a batch's only call runs inline, without a task or a semaphore)."""
+    task = asyncio.current_task()
     try:
         early, args, ctx = await _prepare(st, pending, call, tool, resumed)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        assert call.id is not None
-        return ToolResult(call.id, f"Tool {call.name!r} could not start: {type(e).__name__}: {e}", True)
+    except BaseException as e:
+        return _failed_result(st, call, e, task, "could not start")
     if early is not None:
         return early
     assert tool is not None and ctx is not None
@@ -335,7 +387,7 @@ def cut_output(result: ToolResult, limit: int) -> ToolResult:
         return result
     kept = max(limit, 0)
     marker = f"…[cut: {n - kept:,} of {n:,} characters]"
-    return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error)
+    return ToolResult(result.call_id, result.output[:kept] + marker, result.is_error, result.repaired)
 
 
 async def commit_result(
@@ -363,6 +415,7 @@ async def commit_result(
     if result is None and tool is not None and tool.prepare_fn is not None:
         # a transactional tool's slow part runs before its transaction opens (never inside one)
         prepared, result = await _run_prepare(st, pending, call, tool)
+    st.committing = cid  # left set when the commit fails: the poison-input breaker names the call (C7)
     async with st.env.store.transaction() as tx:
         if result is None:
             assert tool is not None
@@ -370,10 +423,12 @@ async def commit_result(
         if not await tx.delete(st.id, key):
             # already answered: the first committed result wins. Whoever committed it (another process
             # too), this process's history may lack it: the next stage reloads from the store (C4)
+            st.committing = None
             st.drop_history()
             return False
         if note:
-            result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error)
+            result = ToolResult(result.call_id, f"{note}\n{result.output}", result.is_error, result.repaired)
+        result = repaired(st, result, f"the result of call {cid}")  # S5: from a hook, a note, an error
         if last is None:
             last = await tx.last_key(st.id, R.TOOL) is None
         limit = tool.max_result_chars if tool is not None and tool.max_result_chars is not None else None
@@ -406,6 +461,7 @@ async def commit_result(
                 st.emit(ToolFinished(kept))
 
         tx.after_commit(published)
+    st.committing = None
     return True
 
 
@@ -420,12 +476,11 @@ async def _run_prepare(
     except ToolArgumentError:
         return None, None
     ctx = _context(st, pending, call, call.id not in st.dispatched_here)
+    task = asyncio.current_task()
     try:
         return await tool.prepare_fn(ctx, args), None
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        return None, ToolResult(call.id, f"Tool {call.name!r} failed: {type(e).__name__}: {e}", True)
+    except BaseException as e:
+        return None, _failed_result(st, call, e, task)
 
 
 async def _run_transactional(

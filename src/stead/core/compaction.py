@@ -43,7 +43,7 @@ from stead.core.records import Pending, Queued, build_messages
 from stead.core.state import AgentState
 from stead.core.tokens import estimate_record, estimate_text, estimate_tools
 from stead.errors import CompactionFailed, ProviderError
-from stead.messages import Message, Text, Usage, decode_usage, dumps
+from stead.messages import Message, Text, Usage, decode_usage, dumps, repair_text
 from stead.providers.base import Done, Provider, ProviderRequest, ToolSpec, UsageEvent
 
 __all__ = [
@@ -442,7 +442,9 @@ async def _one_summary(
                 await asyncio.sleep(st.env.retry.delay(attempt, e.retry_after))
                 continue
             reason, error = "error", str(e)
-        text = "".join(texts).strip()
+        text = repair_text("".join(texts).strip())  # S5: the summary is stored
+        if error is not None:
+            error = repair_text(error)
         if reason is None:
             reason, error = "error", "the summary's response ended before it was complete"
         elif reason in ("stop", "length") and not text:

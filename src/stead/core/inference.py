@@ -24,11 +24,11 @@ from stead.core.consume import apply_settings
 from stead.core.events import BlockReset
 from stead.core.expire import expire
 from stead.core.records import Pending, Queued
-from stead.core.response import commit_end, commit_held, commit_partial, fail, response_info
+from stead.core.response import commit_end, commit_held, commit_partial, fail, repaired, response_info
 from stead.core.state import AgentState, Turn
 from stead.core.tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
 from stead.errors import ProviderError, StoreError, context_overflow
-from stead.messages import Message, Text, ToolCall, Usage, dumps, encode_block
+from stead.messages import Message, Text, ToolCall, Usage, dumps, encode_block, repair_text
 from stead.providers.base import (
     BlockEnd,
     Done,
@@ -286,17 +286,18 @@ async def _stream(
                 await commit_held(st, turn)
             turn.partial = True
             if st.listening:
-                st.emit(ev)
+                text = repair_text(ev.text)  # S5 (the block it belongs to is repaired at its end)
+                st.emit(ev if text is ev.text else type(ev)(text))
         elif isinstance(ev, BlockEnd):
             turn.partial = False
-            block = ev.block
+            block = repaired(st, ev.block, "model output")
             if isinstance(block, ToolCall):
                 cid = block.id or new_id()
                 if cid in seen_ids:
                     log.warning("agent %s: duplicate tool call id %s dropped", st.id, cid)
                     continue
                 seen_ids.add(cid)
-                block = ToolCall(block.name, block.arguments, cid)
+                block = ToolCall(block.name, block.arguments, cid, block.repaired)
                 turn.calls.append(block)
             if turn.first_token_at is None:
                 turn.first_token_at = time.time()

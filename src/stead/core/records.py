@@ -349,4 +349,6 @@ def result_record(result: ToolResult) -> dict[str, Any]:
     d: dict[str, Any] = {"k": "t", "b": {"t": "r", "i": result.call_id, "o": result.output}}
     if result.is_error:
         d["b"]["e"] = 1
+    if result.repaired:
+        d["b"]["f"] = 1  # S5
     return d

@@ -11,8 +11,9 @@ calls goes to `stead.core.batch` instead.
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from stead.core import records as R
 from stead.core.consume import consumption_published, write_consumption
@@ -21,10 +22,45 @@ from stead.core.outcome import Outcome
 from stead.core.records import Pending
 from stead.core.settle import settle_in
 from stead.core.state import AgentState, Turn
-from stead.messages import Block, ToolResult, Usage, dumps, encode_block, encode_usage
+from stead.messages import (
+    Block,
+    ToolResult,
+    Usage,
+    dumps,
+    encode_block,
+    encode_usage,
+    repair_block,
+    repair_text,
+)
 from stead.providers.base import BlockEnd, Done, DoneReason
 
-__all__ = ["block_records", "commit_end", "commit_held", "commit_partial", "fail", "response_info"]
+__all__ = [
+    "block_records",
+    "commit_end",
+    "commit_held",
+    "commit_partial",
+    "fail",
+    "repaired",
+    "response_info",
+]
+
+log = logging.getLogger("stead.core")
+
+B = TypeVar("B", bound=Block)
+
+
+def repaired(st: AgentState, block: B, what: str) -> B:
+    """S5: `block` as it may be stored — text that cannot be encoded (a lone surrogate) replaced with U+FFFD
+    and the block marked `repaired` — where it comes in from outside (`what`: "model output", "a tool
+    result")."""
+    fixed = repair_block(block)
+    if fixed is not block:
+        log.warning(
+            "agent %s: %s held text that cannot be stored (a lone surrogate): replaced with U+FFFD",
+            st.id,
+            what,
+        )
+    return cast(B, fixed)
 
 
 def block_records(turn: Turn, blocks: list[Block], usage: Usage | None) -> list[dict[str, Any]]:
@@ -47,7 +83,7 @@ def response_info(turn: Turn, reason: str, error: str | None) -> ResponseInfo:
         started_at=turn.started_at,
         first_token_at=turn.first_token_at,
         ended_at=time.time(),
-        error=error,
+        error=error if error is None else repair_text(error),
         model_call=turn.model_call,
         context=turn.context,
     )
@@ -97,6 +133,7 @@ async def fail(st: AgentState, turn: Turn, error: str, *, end_run: bool = False)
     note tells the next inference; queued work is still answered — unless `end_run` (a guardrail
     refused the inference), which settles the run with queued messages left queued, like an abort."""
     st.attempt = 0
+    error = repair_text(error)  # S5: a provider's error text is model output too
     st.last_error = error
     results = [ToolResult(c.id or "", f"Not run: the turn failed ({error}).", True) for c in turn.calls]
     return await commit_end(

@@ -42,14 +42,30 @@ from stead.core.hooks import RunContext
 from stead.core.inference import Retry, find_provider, inference
 from stead.core.outcome import Outcome
 from stead.core.records import Pending, Queued
+from stead.core.response import fail
 from stead.core.settle import settle_in
 from stead.core.state import AgentState, inside_agent
 from stead.errors import Closed, LeaseLost, StoreCrashed, StoreError
+from stead.messages import ToolResult, repair_text
 from stead.store.base import Tx
 
-__all__ = ["AgentRuntime", "Inbound", "inside_agent"]
+__all__ = ["POISON_ATTEMPTS", "AgentRuntime", "Inbound", "inside_agent"]
 
 log = logging.getLogger("stead.core")
+
+POISON_ATTEMPTS = 3
+"""C7: how many times in a row a stage may fail the same way (the store answering) before it stops."""
+
+
+def _why(error: Exception) -> str:
+    """A failure's one-line description: the same for the same input, different for different failures
+    (an encoding error without the position, which may move with the ids in a record)."""
+    if isinstance(error, UnicodeError):
+        text = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
+    else:
+        first = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {first[0] if first else ''}".rstrip(": ")
+    return repair_text(text[:300])
 
 
 class AgentRuntime(AgentState):
@@ -65,6 +81,9 @@ class AgentRuntime(AgentState):
         """How many times the loop's body has started; each start reads the store afresh, so a wake-up
         request made before a start is answered by it (`stead.core.fleet` uses this to skip waking an
         agent whose loop already looked after the request)."""
+        self._stage_read = False
+        self._poison: tuple[tuple[str, str], str, int] | None = None
+        """The poison-input breaker (C7): (run id, stage), why the stage failed, how often in a row."""
         self.owned = True
         """This process runs the agent's loop. False on a PostgreSQL client, or on a worker for an agent
         another worker owns (`stead.core.fleet`): its handle accepts, reads and aborts, but never runs it."""
@@ -106,6 +125,8 @@ class AgentRuntime(AgentState):
         self.waiting = False
         self.attempt = 0
         self.last_error = None
+        self._poison = None
+        self.committing = None
         self.qseq.clear()
         self.dispatched_here.clear()
         self.outcomes.clear()
@@ -204,8 +225,10 @@ class AgentRuntime(AgentState):
             self.env.pin_lease(self.id)  # W6: a loop outliving its lease commits nothing
         task = asyncio.current_task()
         assert task is not None
-        # a retry delay is slept inside the try below, so that an abort during the wait is handled (X1)
+        # a retry delay is slept inside the try below, so that an abort during the wait is handled (X1);
+        # so is the poison-input breaker's look at the stage that just failed (C7)
         backoff: float | None = None
+        failed: Exception | None = None
         try:
             if self.aborting and self.turn is None:
                 # restarted by abort() after a cancellation that came before the previous task's first step
@@ -216,11 +239,17 @@ class AgentRuntime(AgentState):
             while not self._stopped:
                 try:
                     try:
+                        if failed is not None:
+                            error, failed = failed, None
+                            if await self._breaker(error):
+                                backoff = None  # the failure is written instead (or the agent stopped)
+                                continue
                         if backoff is not None:
                             delay, backoff = backoff, None
                             await asyncio.sleep(delay)
                             continue
                         more = await self._stage()
+                        self._poison = None
                     except Retry as r:
                         await asyncio.sleep(r.delay)
                         continue
@@ -241,15 +270,22 @@ class AgentRuntime(AgentState):
                 except StoreError as e:
                     log.warning("agent %s: store error, retrying the stage: %s", self.id, e)
                     backoff = self.env.store_retry_delay
+                    failed = e if self._stage_read else None
                     continue
-                except Exception:
+                except Exception as e:
                     log.exception("agent %s: unexpected error in the loop", self.id)
                     backoff = self.env.store_retry_delay
+                    failed = e if self._stage_read else None
                     continue
                 if not more:
                     break
         except LeaseLost as e:  # raised while settling an abort (stead.core.abort)
             self._lease_lost(e)
+        except (KeyboardInterrupt, SystemExit):
+            # a real Ctrl-C (T8: a tool's own is its error result) or an exit: the process is ending, and
+            # a loop started again here would run the unfinished calls a second time
+            self.draining = True
+            raise
         finally:
             self._loop_task = None
             self.turn = None
@@ -275,6 +311,8 @@ class AgentRuntime(AgentState):
     async def _stage(self) -> bool:
         """Read durable state and run the next stage. Returns whether the loop should continue."""
         self.turn = None
+        self._stage_read = False
+        self.committing = None
         take: list[Queued] | None = []
         steer_rejects = False
         async with self.env.store.transaction() as tx:
@@ -332,6 +370,7 @@ class AgentRuntime(AgentState):
                     await settle_in(self, tx, pending, Outcome.FAILED if error else Outcome.COMPLETED, error)
                     return False
         self.pending = pending
+        self._stage_read = True  # the store answered this stage's reads: a later failure may be poison (C7)
         if steer_rejects:
             assert take
             await reject_for_steer(self, pending, take)
@@ -354,6 +393,75 @@ class AgentRuntime(AgentState):
             return False
         self.blocked = None
         return await inference(self, pending, take)
+
+    # ------------------------------------------------------------------ the poison-input breaker (C7)
+    async def _breaker(self, error: Exception) -> bool:
+        """C7: the stage failed after the store answered its reads. The same stage failing the same way
+        `POISON_ATTEMPTS` times in a row, while the store takes other writes, is input the store refuses
+        (text it cannot encode, a value a plugin's table rejects), not an outage: stop retrying it. An
+        inference turn fails (C6) without its output; a tool result that cannot be committed becomes an
+        error result naming the error; anything else — or the same failure again — leaves the agent
+        `blocked` (new input tries once more). Returns whether the loop goes on without a retry delay."""
+        pending = self.pending
+        if pending is None:
+            return False
+        key, why = (pending.run_id, pending.stage), _why(error)
+        last = self._poison
+        count = last[2] + 1 if last is not None and last[:2] == (key, why) else 1
+        self._poison = (key, why, count)
+        if count < POISON_ATTEMPTS or not await self._store_takes_writes():
+            return False
+        told = f"the store refused to write it {count} times in a row ({why})"
+        log.error("agent %s: poison input: %s", self.id, told)
+        try:
+            if count == POISON_ATTEMPTS and await self._drop_poison(pending, told):
+                return True
+        except (asyncio.CancelledError, LeaseLost):
+            raise
+        except Exception:
+            log.exception("agent %s: the failure of a poisoned stage could not be written either", self.id)
+        self.blocked = f"its writes keep failing: {told}"
+        log.error("agent %s is blocked: %s", self.id, self.blocked)
+        return True
+
+    async def _store_takes_writes(self) -> bool:
+        """Whether the store commits a write for this agent now (its pending record, unchanged): failures
+        while it does not are an outage, retried as ever."""
+        try:
+            async with self.env.store.transaction() as tx:
+                raw = await tx.get(self.id, R.PENDING)
+                if raw is not None:
+                    await tx.write(self.id, R.PENDING, raw)
+        except (StoreCrashed, Closed):
+            self.draining = True
+            return False
+        except LeaseLost:
+            raise
+        except StoreError:
+            return False
+        return True
+
+    async def _drop_poison(self, pending: Pending, told: str) -> bool:
+        """Write the failure in place of what could not be written (C7); False when there is no such
+        failure to write for this stage."""
+        turn = self.turn
+        if pending.stage == "inference" and turn is not None and turn.pending.run_id == pending.run_id:
+            if (turn.partial or turn.held) and self.listening:
+                self.emit(BlockReset())  # S3: what observers saw of the refused output is dropped
+            turn.held.clear()
+            turn.calls.clear()
+            turn.partial = False
+            await fail(self, turn, f"its output could not be stored: {told}")
+            return True
+        cid = self.committing
+        if pending.stage == "tools" and cid is not None:
+            # the call ran (a transactional one's writes rolled back with its refused commit): it is
+            # answered with this error result and never runs again
+            self.outcomes[cid] = ToolResult(
+                cid, f"The result of this call could not be stored ({told}); it is not run again.", True
+            )
+            return True
+        return False
 
     def _mark_waiting(self) -> None:
         """After the stage's read: every unanswered call is held; published while the store lock was held,

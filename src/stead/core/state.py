@@ -84,6 +84,7 @@ class AgentState(Mirror):
         self.running: dict[str, asyncio.Task[ToolResult]] = {}
         self.call_kvs: dict[str, CallKV] = {}
         self.executing: set[str] = set()  # calls whose function runs now
+        self.committing: str | None = None  # the call whose result commit is under way (or failed: C7)
         self.awaiting_calls: set[str] = set()  # running calls that wait for input from outside
         self.waiting = False  # every unanswered call of the batch is held for a decision
         self.background: set[asyncio.Task[None]] = set()

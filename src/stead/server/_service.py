@@ -22,7 +22,7 @@ from typing import Any
 from stead._approvals import Approval, ApprovalSource, Decision
 from stead._ids import new_id
 from stead._runs import Run
-from stead.agent import Acceptance, Agent, Input
+from stead.agent import Acceptance, Agent, Input, check_storable
 from stead.errors import AgentNotFound, ConfigurationError, InvalidInput, NotFound, RunNotFound
 from stead.messages import encode_block
 from stead.server._auth import Auth, Principal
@@ -352,6 +352,7 @@ class Service:
         settings = item.settings.model_dump(exclude_none=True) if item.settings is not None else {}
         inp = Input(content, message_id, item.mode, item.role, item.metadata, settings)
         self._check_size(inp)
+        check_storable("the message", item.model_dump())  # A7: a 422, not a 500 at the fingerprint
         body = {
             "mode": item.mode,
             "role": item.role,

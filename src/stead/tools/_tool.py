@@ -2,7 +2,9 @@
 
 The JSON schema comes from the type hints (through pydantic) and the description from the docstring.
 Arguments are validated by pydantic before the function runs; validation errors, unknown tools and
-exceptions become error results the model sees (T6) — see `stead.core.tools`.
+exceptions become error results the model sees (T6) — exceptions of any kind, `BaseException`s such as
+`SystemExit` or a `CancelledError` the tool raised itself included: the call never runs again (T8). See
+`stead.core.batch`.
 
 Flags (T5):
 - default: the call runs at most once, ever. If the process dies while it runs, the call is *in doubt*: it
