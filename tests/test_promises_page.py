@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "promises.md"
-CODE_IN_TEST = re.compile(r"def test_([A-Z]{1,3}\d+)_")
-ROW = re.compile(r"^\| ([A-Z]{1,3}\d+) \| (.+) \|$", re.MULTILINE)
+CODE_IN_TEST = re.compile(r"def test_([A-Z]{1,3}\d+(?:[a-z]\d+)?)_")
+ROW = re.compile(r"^\| ([A-Z]{1,3}\d+(?:[a-z]\d+)?) \| (.+) \|$", re.MULTILINE)
 
 
 def defined() -> dict[str, str]:
