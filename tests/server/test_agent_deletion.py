@@ -3,42 +3,25 @@ A's runs, steps, events, approvals, memory notes, realtime rows or artifacts (do
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
 
-import stead.server
 from stead.flows import put_artifact
 from stead.realtime import RealtimePlugin
-from stead.server import ServerPlugin, create_app
 from tests.fakes.deletion import agent_rows, seed_realtime
-from tests.server.support import TOKENS, A, B, Env, Model, add, bearer, close_env, transfer
+from tests.server.support import A, B, Env, bearer
 
 AGENT = "shared-id"
 
 
 @pytest.fixture
-async def full(db_url: str) -> AsyncIterator[Env]:
+async def full(make_env: Callable[..., Any]) -> Env:
     """The service with every plugin that keeps rows about an agent."""
-    model = Model()
-    plugin = ServerPlugin(prune_interval=None)
-    system = await stead.server.open(
-        db_url,
-        providers={"s": model},
-        tools=[add, transfer],
-        server=plugin,
-        approvals=True,
-        memory=True,
-        plugins=[RealtimePlugin()],
-    )
-    app = create_app(system, tokens=TOKENS)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
-    e = Env(system, plugin, model, app, http, db_url)
-    try:
-        yield e
-    finally:
-        await close_env(e)
+    env: Env = await make_env(open_kwargs={"memory": True, "plugins": [RealtimePlugin()]})
+    return env
 
 
 async def test_SEC2_a_deleted_agent_recreated_by_another_tenant_over_http_sees_nothing_of_it(

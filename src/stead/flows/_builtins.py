@@ -196,6 +196,13 @@ class BuiltinHooks(Hooks):
         rendered = env.render_instructions(ctx, variables)
         return instructions if rendered is None else rendered
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        # SEC2: the artifacts themselves are the agent's KV rows (the kernel deletes them); the parsed
+        # copies in this process go once the deletion commits
+        if ctx.tx is not None:
+            cache, agent_id = self.b.cache, ctx.agent_id
+            ctx.tx.after_commit(lambda: cache.forget(agent_id))
+
     async def tool_output(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> ToolResult:
         if (
             result.is_error
