@@ -55,3 +55,10 @@ async def test_SEC4_pipeline_grep_is_re2_linear_and_refuses_backreferences(ctx: 
     assert value == 1
     with pytest.raises(PipelineError, match=r"stage 2 \(grep\): invalid regular expression \(RE2 syntax"):
         await run_pipeline([{"value": lines}, {"grep": r"(a)\1"}], ctx, {}, deadline=5)
+
+
+def test_SEC4_a_tool_output_nested_too_deeply_to_parse_becomes_a_text_artifact() -> None:
+    from stead.flows._artifacts import _kind, describe
+
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError, not ValueError
+    assert _kind(deep) == "text" and describe(deep, "text") == "text of 1 lines"

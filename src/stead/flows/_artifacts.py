@@ -62,7 +62,7 @@ def _kind(content: str) -> str:
         try:
             json.loads(content)
             return "json"
-        except ValueError:
+        except (ValueError, RecursionError):  # a document nested too deeply to parse is read as text
             pass
     head = content[:4096].splitlines()[:5]
     if (
@@ -120,6 +120,8 @@ async def write_artifact(
             json.loads(content)
         except ValueError as e:
             raise InvalidInput(f"artifact {name!r} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise InvalidInput(f"artifact {name!r} is JSON nested too deeply to read") from None
     meta = _meta(artifact_id, name, k, content, source)
     await tx.write(agent_id, CONTENT + artifact_id, content)
     await tx.write(agent_id, META + artifact_id, dumps(meta))
