@@ -48,6 +48,7 @@ from stead.flows._paths import (
     parse_target,
 )
 from stead.flows._pipeline import PIPELINE_TOOL, pipeline_tool
+from stead.flows._sandbox import prestart
 from stead.flows._scratchpad import SCRATCHPAD_KEY, empty, scratchpad_tools, view
 from stead.messages import ToolCall, ToolResult, dumps
 from stead.observability.records import record_step
@@ -102,6 +103,8 @@ class Builtins:
 
     def tools(self, wanted: Iterable[str]) -> list[Tool]:
         wanted = set(wanted)
+        if wanted & {"pipeline", "artifacts"}:
+            prestart()  # SEC4: their computations run in worker processes
         out: list[Tool] = []
         if "scratchpad" in wanted:
             out += scratchpad_tools()
