@@ -125,7 +125,8 @@ class _Zygote:
 
     def close(self) -> None:
         self.sock.close()
-        self.process.kill()
+        if self.process.poll() is None:
+            self.process.kill()
         self.process.wait(5)
 
 
@@ -200,7 +201,14 @@ class _Pool:
         """In a pool thread: run `fn(*args)` in this thread's worker; kill it at `deadline` (monotonic)."""
         if time.monotonic() >= deadline or cancelled.is_set():
             raise ComputeTimeout()
-        worker = self._worker()
+        try:
+            worker = self._worker()
+        except OSError as e:  # the fork server is gone: a new one starts with the next computation
+            with self._lock:
+                if self._zygote is not None:
+                    self._zygote.close()
+                self._zygote = None
+            raise ComputeFailed(f"no worker process could be started ({e})") from None
         try:
             worker.conn.send((fn, args))
             while not worker.conn.poll(min(_POLL, max(deadline - time.monotonic(), 0))):
