@@ -17,7 +17,16 @@ import yaml
 
 from stead.errors import DefinitionError
 
-__all__ = ["YamlDocument", "line_of", "load_yaml_model", "read_yaml", "validation_error"]
+__all__ = [
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "YamlDocument",
+    "line_of",
+    "load_yaml_model",
+    "parse_yaml",
+    "read_yaml",
+    "validation_error",
+]
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -69,16 +78,90 @@ def read_yaml(path: str | Path, *, what: str = "file") -> YamlDocument:
         raise DefinitionError(f"{what} not found", path=str(p)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise DefinitionError(f"cannot read {what}: {e}", path=str(p)) from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        raise _syntax_error(p, e) from None
-    except yaml.YAMLError as e:
-        raise DefinitionError(f"YAML error: {e}", path=str(p), line=1) from None
+    root, data = parse_yaml(text, str(p))
     doc = YamlDocument(p, data, root)
     _check_duplicate_keys(doc, root)
     return doc
+
+
+def parse_yaml(text: str, path: str | None = None) -> tuple[yaml.Node | None, Any]:
+    """The node tree and the data of one YAML document (safe tags only). SEC6k3: a document whose aliases
+    (`*name` of an `&name` anchor) would expand it past `MAX_YAML_VALUES` values is refused before it is
+    constructed or walked — a few hundred bytes of nested aliases can otherwise stand for billions of
+    values ("billion laughs"); one nested past `MAX_YAML_DEPTH` levels is refused too."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            root = loader.get_single_node()
+        except RecursionError:
+            raise DefinitionError(
+                f"the YAML nests more than {MAX_YAML_DEPTH} levels deep", path=path
+            ) from None
+        if root is not None:
+            _check_expansion(root, path)
+            data = loader.construct_document(root)
+        else:
+            data = None
+    except yaml.MarkedYAMLError as e:
+        raise _syntax_error(Path(path or "<text>"), e) from None
+    except yaml.YAMLError as e:
+        raise DefinitionError(f"YAML error: {e}", path=path, line=1) from None
+    finally:
+        loader.dispose()
+    return root, data
+
+
+MAX_YAML_VALUES = 100_000
+"""SEC6k3: values a YAML document may stand for once its aliases are expanded."""
+MAX_YAML_DEPTH = 100
+"""SEC6k3: how deeply a YAML document may nest."""
+
+
+def _check_expansion(root: yaml.Node, path: str | None) -> None:
+    """Count the values `root` stands for with every alias expanded (each node's count is computed once, so
+    this costs the size of the node graph, not of its expansion); refuse past the limits."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose children are being counted (an alias to one is a cycle)
+    # iterative post-order: (node, depth, children done)
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not done:
+            if id(node) in open_:
+                raise DefinitionError(
+                    "the YAML refers to itself through an alias", path=path, line=node.start_mark.line + 1
+                )
+            open_.add(id(node))
+            if depth > MAX_YAML_DEPTH:
+                raise DefinitionError(
+                    f"the YAML nests more than {MAX_YAML_DEPTH} levels deep",
+                    path=path,
+                    line=node.start_mark.line + 1,
+                )
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 0) for c in children)
+        if total > MAX_YAML_VALUES:
+            raise DefinitionError(
+                f"the YAML stands for more than {MAX_YAML_VALUES:,} values once its aliases (*name) are "
+                "expanded: refused (anchors and aliases may repeat a value, not multiply a document)",
+                path=path,
+                line=node.start_mark.line + 1,
+            )
+        sizes[id(node)] = total
+        open_.discard(id(node))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _syntax_error(path: Path, e: yaml.MarkedYAMLError) -> DefinitionError:

@@ -382,6 +382,8 @@ class Agent:
         if item.role not in ("user", "system"):
             raise InvalidInput(f"role must be 'user' or 'system', not {item.role!r}")
         blocks = _content_blocks(item.content)
+        _check_depth("metadata", item.metadata)  # SEC6k1: before anything recurses into it
+        _check_depth("settings", item.settings)
         try:
             metadata = json.loads(json.dumps(item.metadata)) if item.metadata is not None else None
         except (TypeError, ValueError) as e:
@@ -637,6 +639,22 @@ def check_storable(what: str, value: Any) -> None:
     problem = unstorable(value)
     if problem is not None:
         raise InvalidInput(f"{what} contains {problem}")
+MAX_METADATA_DEPTH = 32
+"""SEC6k1: how deeply a message's metadata (and settings) may nest; their size counts towards the payload
+limit (`max_payload_bytes`)."""
+
+
+def _check_depth(what: str, value: Any) -> None:
+    """`InvalidInput` when `value` nests lists and objects more than `MAX_METADATA_DEPTH` levels deep
+    (walked without recursion, stopping at the first level too deep)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            if depth >= MAX_METADATA_DEPTH:
+                raise InvalidInput(f"{what} nests more than {MAX_METADATA_DEPTH} levels deep")
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
 
 
 def _content_blocks(content: str | Sequence[Block]) -> list[Block]:

@@ -15,7 +15,6 @@ import stead
 from stead.flows._artifacts import MAX_RESULT_CHARS
 from stead.flows._pipeline import PipelineError, run_pipeline
 from stead.flows._scratchpad import MAX_TASKS, TaskUpdate, apply_tasks, empty
-from stead.tools.context import CallKV
 from tests.fakes import flows as F
 
 TIMEOUT = 30
@@ -63,20 +62,6 @@ async def run_script(
 
 
 # ---------------------------------------------------------------------------------------------- pipelines
-@pytest.fixture
-async def ctx(db_url: str) -> Any:
-    async with await stead.open(db_url) as system:
-        yield stead.ToolContext(
-            call_id="c0",
-            tool_name="run_pipeline",
-            agent_id="a0",
-            run_id=None,
-            permission_mode="auto",
-            kv=CallKV(system.store, "a0", "c0"),
-            store=system.store,
-        )
-
-
 ROWS = [
     {"id": 1, "name": "ada", "team": "red", "score": 7, "tags": ["x"]},
     {"id": 2, "name": "bob", "team": "blue", "score": 3, "tags": ["y", "x"]},

@@ -158,8 +158,10 @@ async def open_env(
     definitions: Path | None = None,
     plugin: ServerPlugin | None = None,
     approvals: bool = True,
+    open_kwargs: dict[str, Any] | None = None,
     **app_kwargs: Any,
 ) -> Env:
+    """`open_kwargs`: more keywords for `stead.server.open` (e.g. `memory=True`, `plugins=[...]`)."""
     model = Model()
     plugin = plugin or ServerPlugin(prune_interval=None)
     system = await stead.server.open(
@@ -169,6 +171,7 @@ async def open_env(
         server=plugin,
         definitions=definitions,
         approvals=approvals,
+        **(open_kwargs or {}),
     )
     app = create_app(system, tokens=tokens, **app_kwargs)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")

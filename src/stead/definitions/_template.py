@@ -2,10 +2,19 @@
 
 Syntax errors are found when the definition loads; an undefined variable is found when an agent is created
 (the data is known only then). Both become `DefinitionError`s pointing at the template's line in the file.
+
+SEC6k2: a render has budgets. It may take at most `MAX_RENDER_SECONDS` (checked while the template's own code
+runs, every few hundred lines it executes, so a loop that outputs nothing is stopped too), produce at most
+`MAX_RENDER_CHARS` characters (counted as the output is generated), and `*` / `**` may not build a string,
+list or number larger than that; Jinja's sandbox already refuses `range()` past 100,000 items. Past a budget
+the render ends with a `DefinitionError` saying which.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from types import FrameType
 from typing import Any
 
 import jinja2
@@ -16,9 +25,79 @@ from stead._yaml import YamlDocument
 from stead.definitions._schema import AgentDefinition
 from stead.errors import DefinitionError
 
-__all__ = ["compile_instructions", "render_instructions"]
+__all__ = ["MAX_RENDER_CHARS", "MAX_RENDER_SECONDS", "compile_instructions", "render_instructions"]
 
-_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+MAX_RENDER_SECONDS = 2.0
+MAX_RENDER_CHARS = 500_000
+_CHECK_EVERY = 256
+"""Template lines executed between two looks at the clock."""
+
+
+class _OverBudget(Exception):
+    """A render went past one of its budgets (the message says which)."""
+
+
+class _Environment(SandboxedEnvironment):
+    """The sandbox, with `*` and `**` bounded (SEC6k2)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if (
+                    isinstance(seq, str | list | tuple)
+                    and isinstance(n, int)
+                    and len(seq) * n > MAX_RENDER_CHARS
+                ):
+                    raise _OverBudget(
+                        f"`*` would build {len(seq) * n:,} items; the limit is {MAX_RENDER_CHARS:,}"
+                    )
+        power = operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1
+        if power and right * abs(left).bit_length() > 4 * MAX_RENDER_CHARS:
+            raise _OverBudget(f"`**` would build a number of more than {MAX_RENDER_CHARS:,} digits")
+        return super().call_binop(context, operator, left, right)
+
+
+_ENV = _Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+class _Clock:
+    """A trace function that stops the template's own frames at the deadline (a Python thread cannot be
+    interrupted from outside; a trace function runs inside the frame and can raise there)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.lines = 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            return self.line if frame.f_code.co_filename == "<template>" else None
+        return None
+
+    def line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        self.lines += 1
+        if self.lines % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
+            raise _OverBudget(f"rendering took longer than {MAX_RENDER_SECONDS:g} seconds")
+        return self.line
+
+
+def _render(template: jinja2.Template, context: dict[str, Any]) -> str:
+    """Render within the budgets (`_OverBudget` past one)."""
+    clock = _Clock(time.monotonic() + MAX_RENDER_SECONDS)
+    previous = sys.gettrace()
+    parts: list[str] = []
+    size = 0
+    sys.settrace(clock)
+    try:
+        for chunk in template.generate(**context):
+            size += len(chunk)
+            if size > MAX_RENDER_CHARS:
+                raise _OverBudget(f"the output grew past {MAX_RENDER_CHARS:,} characters")
+            parts.append(chunk)
+    finally:
+        sys.settrace(previous)
+    return "".join(parts)
 
 
 def _first_line(doc: YamlDocument) -> int:
@@ -60,7 +139,13 @@ def render_instructions(definition: AgentDefinition, context: dict[str, Any]) ->
             raise DefinitionError(f"instructions: template syntax error: {e.message}") from None
     path = str(definition.source) if definition.source is not None else None
     try:
-        return str(template.render(**context))
+        return _render(template, context)
+    except _OverBudget as e:
+        raise DefinitionError(
+            f"instructions: the template went past its render budget: {e}",
+            path=path,
+            line=definition._instructions_line + _template_line(e) if path else None,
+        ) from None
     except jinja2.UndefinedError as e:
         raise DefinitionError(
             f"instructions: {e.message} (the template sees agent, tools, sub_agents and data)",

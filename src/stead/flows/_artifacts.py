@@ -16,16 +16,15 @@ parsed once per process (a small cache keyed by id; artifacts never change).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import re
+import time
 from collections import OrderedDict
 from typing import Any
 
 from stead._ids import new_id
 from stead.errors import InvalidInput
-from stead.flows._expr import ExpressionError, compile_expression
+from stead.flows._compute import MAX_REGEX_CHARS, MAX_RESULT_CHARS
+from stead.flows._sandbox import ComputeFailed, ComputeTimeout, compute
 from stead.messages import dumps
 from stead.store.base import Store, Tx
 from stead.tools._tool import Tool, tool
@@ -45,8 +44,8 @@ __all__ = [
 ]
 
 THRESHOLD = 16_000
-MAX_RESULT_CHARS = 10_000
-MAX_PAGE = 500
+DEADLINE = 10.0
+"""Seconds one artifact read may take (SEC4: then its worker process is killed and the call fails)."""
 CONTENT = "kv.a.stead.art."
 META = "kv.a.stead.artmeta."
 ARTIFACT_TOOLS = ("artifact_json", "artifact_keys", "artifact_lines", "artifact_grep", "artifact_rows")
@@ -63,7 +62,7 @@ def _kind(content: str) -> str:
         try:
             json.loads(content)
             return "json"
-        except ValueError:
+        except (ValueError, RecursionError):  # a document nested too deeply to parse is read as text
             pass
     head = content[:4096].splitlines()[:5]
     if (
@@ -121,6 +120,8 @@ async def write_artifact(
             json.loads(content)
         except ValueError as e:
             raise InvalidInput(f"artifact {name!r} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise InvalidInput(f"artifact {name!r} is JSON nested too deeply to read") from None
     meta = _meta(artifact_id, name, k, content, source)
     await tx.write(agent_id, CONTENT + artifact_id, content)
     await tx.write(agent_id, META + artifact_id, dumps(meta))
@@ -157,15 +158,21 @@ def manifest(meta: dict[str, Any], tool_name: str) -> str:
 
 
 class ArtifactCache:
-    """Parsed artifacts by (agent, id): immutable content, so a cache can never be stale."""
+    """Artifacts (metadata, content) by (agent, id), as read from the store: immutable content, so a cache
+    can never be stale (a deleted agent's entries are dropped when the deletion commits)."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], tuple[dict[str, Any], Any]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[dict[str, Any], str]] = OrderedDict()
+
+    def forget(self, agent_id: str) -> None:
+        """SEC2: drop a deleted agent's artifacts (a re-created id must not read them)."""
+        for key in [k for k in self._items if k[0] == agent_id]:
+            del self._items[key]
 
     async def get(
         self, store: Store, agent_id: str, artifact_id: str, kind: str
-    ) -> tuple[dict[str, Any], Any]:
+    ) -> tuple[dict[str, Any], str]:
         key = (agent_id, artifact_id)
         found = self._items.get(key)
         if found is None:
@@ -174,15 +181,7 @@ class ArtifactCache:
                 content = await tx.get(agent_id, CONTENT + artifact_id) if raw_meta is not None else None
             if raw_meta is None or content is None:
                 raise InvalidInput(f"no artifact {artifact_id!r} (artifacts are listed in your instructions)")
-            meta = json.loads(raw_meta)
-            parsed: Any
-            if meta["kind"] == "json":
-                parsed = json.loads(content)
-            elif meta["kind"] == "csv":
-                parsed = list(csv.DictReader(io.StringIO(content)))
-            else:
-                parsed = content.splitlines()
-            found = (meta, parsed)
+            found = (json.loads(raw_meta), content)
             self._items[key] = found
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
@@ -200,20 +199,23 @@ class ArtifactCache:
         return found
 
 
-def _cap(text: str, hint: str) -> str:
-    if len(text) <= MAX_RESULT_CHARS:
-        return text
-    return text[:MAX_RESULT_CHARS] + f"…[cut at {MAX_RESULT_CHARS:,} of {len(text):,} characters; {hint}]"
-
-
-def _page(items: list[Any], offset: int, limit: int) -> tuple[list[Any], str]:
-    if offset < 0 or limit < 1:
-        raise InvalidInput("offset must be 0 or more and limit at least 1")
-    limit = min(limit, MAX_PAGE)
-    page = items[offset : offset + limit]
-    end = offset + len(page)
-    more = f"; next: offset={end}" if end < len(items) else ""
-    return page, f"items {offset}-{max(end - 1, offset)} of {len(items):,}{more}"
+async def _answer(
+    cache: ArtifactCache, ctx: ToolContext, id: str, kind: str, op: str, args: dict[str, Any]
+) -> str:
+    """SEC4: the answer computed in a worker process, by `DEADLINE` seconds from now."""
+    meta, content = await cache.get(ctx.store, ctx.agent_id, id, kind)
+    try:
+        text: str = await compute(
+            "artifact", op, meta["kind"], content, args, deadline=time.monotonic() + DEADLINE
+        )
+    except ComputeTimeout:
+        raise InvalidInput(
+            f"reading {id} did not finish within {DEADLINE:g} seconds (stopped): ask for a narrower path, "
+            "a simpler pattern or fewer items"
+        ) from None
+    except ComputeFailed as e:
+        raise InvalidInput(str(e)) from None
+    return text
 
 
 def artifact_tools(cache: ArtifactCache) -> list[Tool]:
@@ -229,20 +231,7 @@ def artifact_tools(cache: ArtifactCache) -> list[Tool]:
             offset: For a list: the first item to return.
             limit: For a list: how many items to return (at most 500).
         """
-        _, doc = await cache.get(ctx.store, ctx.agent_id, id, "json")
-        try:
-            value = compile_expression(path).evaluate(doc)
-        except ExpressionError as e:
-            raise InvalidInput(str(e)) from None
-        if isinstance(value, list):
-            page, where = _page(value, offset, limit)
-            return _cap(f"{where}\n{dumps(page)}", "ask for fewer items (limit) or a narrower path")
-        if isinstance(value, dict) and len(dumps(value)) > MAX_RESULT_CHARS:
-            keys = ", ".join(list(value)[:50])
-            return (
-                f"an object too large to return whole ({len(value):,} keys: {keys}); ask for a narrower path"
-            )
-        return _cap(dumps(value), "ask for a narrower path")
+        return await _answer(cache, ctx, id, "json", "json", {"path": path, "offset": offset, "limit": limit})
 
     async def artifact_keys(ctx: ToolContext, id: str, path: str = "@") -> str:
         """The keys of the object at `path` in a JSON artifact, with the type and size of each value.
@@ -251,20 +240,7 @@ def artifact_tools(cache: ArtifactCache) -> list[Tool]:
             id: The artifact's id.
             path: A JMESPath expression ("@" is the whole document).
         """
-        _, doc = await cache.get(ctx.store, ctx.agent_id, id, "json")
-        try:
-            value = compile_expression(path).evaluate(doc)
-        except ExpressionError as e:
-            raise InvalidInput(str(e)) from None
-        if not isinstance(value, dict):
-            return f"not an object: {type(value).__name__}" + (
-                f" of {len(value):,} items" if isinstance(value, list) else ""
-            )
-        lines = []
-        for k, v in value.items():
-            size = f"{len(v):,} items" if isinstance(v, list | dict) else f"{len(dumps(v))} chars"
-            lines.append(f"{k}: {type(v).__name__} ({size})")
-        return _cap("\n".join(lines), "ask for a narrower path")
+        return await _answer(cache, ctx, id, "json", "keys", {"path": path})
 
     async def artifact_lines(ctx: ToolContext, id: str, start: int = 1, count: int = 100) -> str:
         """Lines of a text (or CSV) artifact, numbered from 1.
@@ -274,18 +250,7 @@ def artifact_tools(cache: ArtifactCache) -> list[Tool]:
             start: The first line to return (1 is the first line).
             count: How many lines (at most 500).
         """
-        _, lines = await cache.get(ctx.store, ctx.agent_id, id, "lines")
-        if isinstance(lines, list) and lines and isinstance(lines[0], dict):  # a CSV: read its raw lines
-            lines = await _raw_lines(ctx, id)
-        if start < 1 or count < 1:
-            raise InvalidInput("start must be 1 or more and count at least 1")
-        count = min(count, MAX_PAGE)
-        chunk = lines[start - 1 : start - 1 + count]
-        end = start - 1 + len(chunk)
-        more = f" (next: start={end + 1})" if end < len(lines) else ""
-        head = f"lines {start}-{end} of {len(lines):,}{more}"
-        body = "\n".join(f"{start + i}: {line}" for i, line in enumerate(chunk))
-        return _cap(f"{head}\n{body}", "ask for fewer lines")
+        return await _answer(cache, ctx, id, "lines", "lines", {"start": start, "count": count})
 
     async def artifact_grep(
         ctx: ToolContext, id: str, pattern: str, max_matches: int = 50, ignore_case: bool = False
@@ -298,24 +263,10 @@ def artifact_tools(cache: ArtifactCache) -> list[Tool]:
             max_matches: Stop after this many matching lines (at most 500).
             ignore_case: Match regardless of case.
         """
-        if not pattern or len(pattern) > 200:
-            raise InvalidInput("pattern must be 1-200 characters")
-        try:
-            regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as e:
-            raise InvalidInput(f"invalid regular expression: {e}") from None
-        meta, parsed = await cache.get(ctx.store, ctx.agent_id, id, "lines")
-        lines = await _raw_lines(ctx, id) if meta["kind"] == "csv" else parsed
-        limit = min(max(max_matches, 1), MAX_PAGE)
-        hits: list[str] = []
-        total = 0
-        for n, line in enumerate(lines, 1):
-            if regex.search(line):
-                total += 1
-                if len(hits) < limit:
-                    hits.append(f"{n}: {line}")
-        more = f" (showing the first {len(hits)})" if total > len(hits) else ""
-        return _cap(f"{total:,} matching lines{more}\n" + "\n".join(hits), "use a narrower pattern")
+        if not pattern or len(pattern) > MAX_REGEX_CHARS:
+            raise InvalidInput(f"pattern must be 1-{MAX_REGEX_CHARS} characters")
+        args = {"pattern": pattern, "max_matches": max_matches, "ignore_case": ignore_case}
+        return await _answer(cache, ctx, id, "lines", "grep", args)
 
     async def artifact_rows(
         ctx: ToolContext, id: str, offset: int = 0, limit: int = 50, columns: list[str] | None = None
@@ -328,16 +279,8 @@ def artifact_tools(cache: ArtifactCache) -> list[Tool]:
             limit: How many rows (at most 500).
             columns: Only these columns.
         """
-        _, rows = await cache.get(ctx.store, ctx.agent_id, id, "rows")
-        page, where = _page(rows, offset, limit)
-        if columns:
-            page = [{c: r.get(c) for c in columns} for r in page]
-        return _cap(f"rows {where.removeprefix('items ')}\n{dumps(page)}", "ask for fewer rows or columns")
-
-    async def _raw_lines(ctx: ToolContext, id: str) -> list[str]:
-        async with ctx.store.transaction() as tx:
-            content = await tx.get(ctx.agent_id, CONTENT + id)
-        return (content or "").splitlines()
+        args = {"offset": offset, "limit": limit, "columns": columns}
+        return await _answer(cache, ctx, id, "rows", "rows", args)
 
     return [
         tool(durable=True)(artifact_json),

@@ -48,6 +48,7 @@ from stead.flows._paths import (
     parse_target,
 )
 from stead.flows._pipeline import PIPELINE_TOOL, pipeline_tool
+from stead.flows._sandbox import prestart
 from stead.flows._scratchpad import SCRATCHPAD_KEY, empty, scratchpad_tools, view
 from stead.messages import ToolCall, ToolResult, dumps
 from stead.observability.records import record_step
@@ -102,6 +103,8 @@ class Builtins:
 
     def tools(self, wanted: Iterable[str]) -> list[Tool]:
         wanted = set(wanted)
+        if wanted & {"pipeline", "artifacts"}:
+            prestart()  # SEC4: their computations run in worker processes
         out: list[Tool] = []
         if "scratchpad" in wanted:
             out += scratchpad_tools()
@@ -195,6 +198,13 @@ class BuiltinHooks(Hooks):
         }
         rendered = env.render_instructions(ctx, variables)
         return instructions if rendered is None else rendered
+
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        # SEC2: the artifacts themselves are the agent's KV rows (the kernel deletes them); the parsed
+        # copies in this process go once the deletion commits
+        if ctx.tx is not None:
+            cache, agent_id = self.b.cache, ctx.agent_id
+            ctx.tx.after_commit(lambda: cache.forget(agent_id))
 
     async def tool_output(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> ToolResult:
         if (

@@ -86,7 +86,7 @@ class Expression:
     source: str
     _parsed: Any = field(repr=False, compare=False)
 
-    def evaluate(self, context: dict[str, Any]) -> Any:
+    def evaluate(self, context: Any) -> Any:
         try:
             return self._parsed.search(context)
         except RecursionError:
@@ -94,7 +94,7 @@ class Expression:
         except jmespath.exceptions.JMESPathError as e:
             raise ExpressionError(f"{self.source!r}: {_one_line(e)}") from None
 
-    def test(self, context: dict[str, Any]) -> bool:
+    def test(self, context: Any) -> bool:
         return truthy(self.evaluate(context))
 
 

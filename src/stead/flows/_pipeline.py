@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stead.errors import InvalidInput
+from stead.flows._compute import MAX_REGEX_CHARS, MAX_VALUE_CHARS, ComputeError, compile_regex, kind_of
 from stead.flows._expr import Expression, ExpressionError, compile_expression
+from stead.flows._sandbox import ComputeFailed, ComputeTimeout, compute
 from stead.messages import dumps
 from stead.tools._tool import Tool, ToolArgumentError, render_output, tool
 from stead.tools.context import CallKV, ToolContext
@@ -65,7 +67,6 @@ MAX_MAP_ITEMS = 1000
 MAP_CONCURRENCY = 8
 DEFAULT_DEADLINE = 120.0
 MAX_RESULT_CHARS = 8000
-MAX_REGEX_CHARS = 200
 OPT_OUT_KEY = "stead.pipeline"
 
 _VERBS = (
@@ -108,7 +109,6 @@ class _Stage:
     arg: Any
     options: dict[str, Any]
     expr: Expression | None = None
-    regex: re.Pattern[str] | None = None
     sub: list[_Stage] = field(default_factory=list)
 
 
@@ -167,10 +167,10 @@ def compile_stages(stages: Any, prefix: str = "", counter: list[int] | None = No
                 raise PipelineError(
                     f"stage {where} (grep): a regular expression of 1-{MAX_REGEX_CHARS} characters"
                 )
-            try:
-                stage.regex = re.compile(stage.arg, re.IGNORECASE if options.get("ignore_case") else 0)
-            except re.error as e:
-                raise PipelineError(f"stage {where} (grep): invalid regular expression: {e}") from None
+            try:  # RE2 (linear time), compiled here too so a bad pattern fails before any stage runs
+                compile_regex(stage.arg, bool(options.get("ignore_case")))
+            except ComputeError as e:
+                raise PipelineError(f"stage {where} (grep): {e}") from None
         if verb in ("first", "last", "head", "tail"):
             if stage.arg is True:
                 stage.arg = 1
@@ -207,80 +207,85 @@ async def run_pipeline(
     run = _Run(ctx, tools, time.monotonic() + deadline, records if records is not None else [])
     try:
         async with asyncio.timeout(deadline):
-            value = await _stages(run, compiled, None, {}, top=True)
+            value, _ = await _stages(run, compiled, None, {}, top=True)
     except TimeoutError:
         raise PipelineError(f"the pipeline did not finish within its deadline of {deadline:g}s") from None
     return value, run.records, run.notes
 
 
-async def _stages(run: _Run, stages: list[_Stage], value: Any, scope: dict[str, Any], *, top: bool) -> Any:
+async def _stages(
+    run: _Run, stages: list[_Stage], value: Any, scope: dict[str, Any], *, top: bool, chars: int = 0
+) -> tuple[Any, int]:
+    """Run `stages` over `value` (of `chars` characters as JSON): (the last value, its characters)."""
     for stage in stages:
         run.check_time(f"stage {stage.index} ({stage.verb})")
         started = time.monotonic()
-        before = value
+        before, before_chars = value, chars
         try:
-            value = await _stage(run, stage, value, scope)
+            value, chars = await _stage(run, stage, value, chars, scope)
         except PipelineError as e:
             if top:
-                run.records.append(_record(stage, before, None, started, str(e)))
+                run.records.append(_record(stage, (before, before_chars), None, started, str(e)))
             raise
         if top:
-            run.records.append(_record(stage, before, value, started, None))
+            run.records.append(_record(stage, (before, before_chars), (value, chars), started, None))
         if isinstance(before, list) and before and isinstance(value, list) and not value:
             run.notes.append(f"stage {stage.index} ({stage.verb}) turned {len(before)} items into none")
-    return value
+    return value, chars
 
 
-def _record(stage: _Stage, before: Any, after: Any, started: float, error: str | None) -> dict[str, Any]:
+def _record(
+    stage: _Stage, before: tuple[Any, int], after: tuple[Any, int] | None, started: float, error: str | None
+) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "stage": stage.index,
         "verb": stage.verb,
-        "in": _size(before),
+        "in": _size(*before),
         "ms": round((time.monotonic() - started) * 1000, 3),
     }
     if stage.verb == "tool":
         rec["tool"] = stage.arg
-    if error is None:
-        rec["out"] = _size(after)
+    if error is None and after is not None:
+        rec["out"] = _size(*after)
     else:
         rec["error"] = error
     return rec
 
 
-def _size(value: Any) -> dict[str, int] | None:
+def _size(value: Any, chars: int) -> dict[str, int] | None:
     if value is None:
         return None
     if isinstance(value, list):
         return {"items": len(value)}
-    return {"chars": len(value) if isinstance(value, str) else len(dumps(value))}
+    return {"chars": len(value) if isinstance(value, str) else chars}
 
 
-def _need_list(stage: _Stage, value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return value
-    raise PipelineError(f"stage {stage.index} ({stage.verb}): needs a list, got {_kind(value)}")
+def _check_size(where: str, chars: int) -> int:
+    if chars > MAX_VALUE_CHARS:
+        raise PipelineError(
+            f"{where}: the value grew past {MAX_VALUE_CHARS:,} characters (reduce it with select, head or "
+            "count first)"
+        )
+    return chars
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (start with a value or tool stage)"
-    return {dict: "an object", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
-
-
-def _eval(stage: _Stage, data: Any) -> Any:
-    assert stage.expr is not None
+async def _compute(run: _Run, where: str, fn: str, *args: Any) -> tuple[Any, int]:
+    """SEC4: a data computation in a worker process, killed at the pipeline's deadline."""
     try:
-        return stage.expr.evaluate(data)
-    except ExpressionError as e:
-        raise PipelineError(f"stage {stage.index} ({stage.verb}): {e}") from None
+        result: tuple[Any, int] = await compute(fn, *args, deadline=run.deadline)
+    except ComputeTimeout:
+        raise PipelineError(f"{where}: the pipeline's deadline passed (the stage was stopped)") from None
+    except ComputeFailed as e:
+        raise PipelineError(str(e)) from None
+    return result
 
 
-def _resolve(arg: Any, value: Any, scope: dict[str, Any], where: str) -> Any:
+async def _resolve(run: _Run, arg: Any, value: Any, scope: dict[str, Any], where: str) -> Any:
     """`with` arguments: "$" is the current value, "$.path" a path into it, "$name[.path]" a binding."""
     if isinstance(arg, dict):
-        return {k: _resolve(v, value, scope, where) for k, v in arg.items()}
+        return {k: await _resolve(run, v, value, scope, where) for k, v in arg.items()}
     if isinstance(arg, list):
-        return [_resolve(v, value, scope, where) for v in arg]
+        return [await _resolve(run, v, value, scope, where) for v in arg]
     if not isinstance(arg, str) or not arg.startswith("$"):
         return arg
     if arg == "$":
@@ -295,104 +300,43 @@ def _resolve(arg: Any, value: Any, scope: dict[str, Any], where: str) -> Any:
     if not path:
         return base
     try:
-        return compile_expression(path).evaluate(base)
+        compile_expression(path)
     except ExpressionError as e:
         raise PipelineError(f"{where}: {arg!r}: {e}") from None
+    # the path is evaluated in a worker process too (SEC4)
+    found, _ = await _compute(run, where, "path", path, base, f"{where}: {arg!r}")
+    return found
 
 
-async def _stage(run: _Run, stage: _Stage, value: Any, scope: dict[str, Any]) -> Any:
+async def _stage(run: _Run, stage: _Stage, value: Any, chars: int, scope: dict[str, Any]) -> tuple[Any, int]:
     verb, arg = stage.verb, stage.arg
     where = f"stage {stage.index} ({verb})"
     if verb == "value":
-        return arg
+        return arg, len(dumps(arg))  # a literal of the call's own (bounded) arguments
     if verb == "tool":
         return await _call_tool(run, stage, value, scope)
     if verb == "map":
-        return await _map(run, stage, _need_list(stage, value), scope)
+        if not isinstance(value, list):
+            raise PipelineError(f"{where}: needs a list, got {kind_of(value)}")
+        return await _map(run, stage, value, scope)
     if verb == "let":
-        bound = await _stages(run, stage.sub, value, scope, top=False) if stage.sub else value
-        scope[arg] = bound
-        return value
-    if verb == "path":
-        return _eval(stage, value)
-    if verb == "lines":
-        if not isinstance(value, str):
-            raise PipelineError(f"{where}: needs text, got {_kind(value)}")
-        return value.splitlines()
-    if verb == "grep":
-        assert stage.regex is not None
-        items = value.splitlines() if isinstance(value, str) else _need_list(stage, value)
-        return [s for s in items if isinstance(s, str) and stage.regex.search(s)]
-    if verb == "count":
-        return len(value) if isinstance(value, list | dict | str) else (0 if value is None else 1)
-    items = _need_list(stage, value)
-    if verb == "where":
-        return [x for x in items if _truthy(_eval(stage, x))]
-    if verb == "select":
-        if stage.expr is not None:
-            return [_eval(stage, x) for x in items]
-        fields = [str(f) for f in arg]
-        return [{f: x.get(f) for f in fields} if isinstance(x, dict) else x for x in items]
-    if verb == "sort":
-        keys = [(_eval(stage, x) if stage.expr is not None else x) for x in items]
-        try:
-            order = sorted(
-                range(len(items)), key=lambda i: _sort_key(keys[i]), reverse=bool(stage.options.get("desc"))
-            )
-        except TypeError:
-            raise PipelineError(f"{where}: the sort keys cannot be compared") from None
-        return [items[i] for i in order]
-    if verb == "group_by":
-        groups: dict[str, list[Any]] = {}
-        for x in items:
-            key = _eval(stage, x)
-            groups.setdefault(key if isinstance(key, str) else json.dumps(key), []).append(x)
-        return groups
-    if verb == "distinct":
-        seen: set[str] = set()
-        out: list[Any] = []
-        for x in items:
-            key = dumps(_eval(stage, x) if stage.expr is not None else x)
-            if key not in seen:
-                seen.add(key)
-                out.append(x)
-        return out
-    if verb == "flatten":
-        return [y for x in items for y in (x if isinstance(x, list) else [x])]
-    if verb in ("first", "head"):
-        if verb == "first" and arg == 1:
-            return items[0] if items else None
-        return items[:arg]
-    if verb in ("last", "tail"):
-        if verb == "last" and arg == 1:
-            return items[-1] if items else None
-        return items[len(items) - arg :] if arg else []
-    raise PipelineError(f"{where}: unknown verb")  # pragma: no cover - compile_stages refuses it
+        if stage.sub:
+            scope[arg], _ = await _stages(run, stage.sub, value, scope, top=False, chars=chars)
+        else:
+            scope[arg] = value
+        return value, chars
+    # every data stage runs in a worker process, killed at the deadline, which sizes its result (SEC4)
+    result: tuple[Any, int] = await _compute(run, where, "stage", where, verb, arg, stage.options, value)
+    return result
 
 
-def _truthy(value: Any) -> bool:
-    return value not in (None, False, "", [], {})
-
-
-def _sort_key(key: Any) -> tuple[int, Any]:
-    if key is None:
-        return (0, 0)
-    if isinstance(key, bool):
-        return (1, int(key))
-    if isinstance(key, int | float):
-        return (2, key)
-    if isinstance(key, str):
-        return (3, key)
-    return (4, dumps(key))
-
-
-async def _call_tool(run: _Run, stage: _Stage, value: Any, scope: dict[str, Any]) -> Any:
+async def _call_tool(run: _Run, stage: _Stage, value: Any, scope: dict[str, Any]) -> tuple[Any, int]:
     where = f"stage {stage.index} (tool {stage.arg})"
     t = run.tools.get(stage.arg)
     if t is None:
         known = ", ".join(sorted(run.tools)) or "none"
         raise PipelineError(f"{where}: not a tool this pipeline may call (tools: {known})")
-    args = _resolve(stage.options.get("with") or {}, value, scope, where)
+    args = await _resolve(run, stage.options.get("with") or {}, value, scope, where)
     if not isinstance(args, dict):
         raise PipelineError(f"{where}: 'with' must be an object of arguments")
     pipe = stage.options.get("pipe_into")
@@ -419,15 +363,19 @@ async def _call_tool(run: _Run, stage: _Stage, value: Any, scope: dict[str, Any]
         raise
     except Exception as e:
         raise PipelineError(f"{where}: the tool failed: {type(e).__name__}: {e}") from None
-    if isinstance(output, str):
-        try:
-            return json.loads(output)
-        except ValueError:
-            return output
-    return json.loads(render_output(output)) if not isinstance(output, str) else output
+    text = output if isinstance(output, str) else render_output(output)
+    _check_size(where, len(text))
+    try:
+        return json.loads(text), len(text)
+    except RecursionError:
+        raise PipelineError(f"{where}: the tool's output is too deeply nested") from None
+    except ValueError:
+        if not isinstance(output, str):
+            raise PipelineError(f"{where}: the tool's output is not JSON") from None
+        return output, len(dumps(output))
 
 
-async def _map(run: _Run, stage: _Stage, items: list[Any], scope: dict[str, Any]) -> list[Any]:
+async def _map(run: _Run, stage: _Stage, items: list[Any], scope: dict[str, Any]) -> tuple[list[Any], int]:
     if len(items) > MAX_MAP_ITEMS:
         raise PipelineError(
             f"stage {stage.index} (map): {len(items):,} items; the limit is {MAX_MAP_ITEMS:,}"
@@ -436,7 +384,7 @@ async def _map(run: _Run, stage: _Stage, items: list[Any], scope: dict[str, Any]
     sem = asyncio.Semaphore(int(stage.options.get("concurrency", MAP_CONCURRENCY)))
     keep_going = bool(stage.options.get("continue_on_error"))
 
-    async def one(item: Any) -> Any:
+    async def one(item: Any) -> tuple[Any, int]:
         async with sem:
             inner = dict(scope)
             if isinstance(name, str):
@@ -445,10 +393,14 @@ async def _map(run: _Run, stage: _Stage, items: list[Any], scope: dict[str, Any]
                 return await _stages(run, stage.sub, item, inner, top=False)
             except PipelineError as e:
                 if keep_going:
-                    return {"error": str(e)}
+                    error = {"error": str(e)}
+                    return error, len(dumps(error))
                 raise
 
-    return list(await asyncio.gather(*(one(x) for x in items)))
+    results = await asyncio.gather(*(one(x) for x in items))
+    # the items' sizes add up (their text, commas and brackets): a map cannot outgrow the value limit
+    chars = _check_size(f"stage {stage.index} (map)", sum(c for _, c in results) + len(results) + 1)
+    return [v for v, _ in results], chars
 
 
 # ------------------------------------------------------------------------------------------------ the tool

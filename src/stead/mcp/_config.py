@@ -3,15 +3,36 @@ no MCP SDK import, so definitions load without the optional `mcp` extra."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["McpServer", "ToolOverride"]
+from stead.errors import ConfigurationError
+
+__all__ = ["McpServer", "ToolOverride", "expand"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand(value: str, where: str, environ: Mapping[str, str] | None = None) -> str:
+    """SEC7k2: `value` with each `${NAME}` replaced by the environment variable NAME, in one pass — and
+    nothing else: `$NAME`, `${NAME:-default}`, `$(command)`, `~` and a `${...}` inside a variable's value
+    stay as written. A `${NAME}` that is not set is a `ConfigurationError` naming it (`where`: which
+    server and key), never sent as written."""
+    env = os.environ if environ is None else environ
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigurationError(f"{where} uses ${{{name}}}, which is not set in the environment")
+        return env[name]
+
+    return _VARIABLE.sub(one, value)
 
 
 class ToolOverride(BaseModel):
@@ -62,6 +83,16 @@ class McpServer(BaseModel):
         if self.command is not None and self.headers:
             raise ValueError(f"MCP server {self.name!r}: headers are for url servers")
         return self
+
+    def expanded_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`env` with `${NAME}` expanded (only that form, `expand`)."""
+        return {k: expand(v, f"MCP server {self.name!r}: env {k}", environ) for k, v in self.env.items()}
+
+    def expanded_headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`headers` with `${NAME}` expanded (only that form, `expand`)."""
+        return {
+            k: expand(v, f"MCP server {self.name!r}: header {k}", environ) for k, v in self.headers.items()
+        }
 
     def key(self) -> str:
         """What two declarations of one server must agree on (one connection per server per process)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -129,7 +128,7 @@ class Connection:
             params = StdioServerParameters(
                 command=resolve_command(spec.command),
                 args=list(spec.args),
-                env={k: os.path.expandvars(v) for k, v in spec.env.items()},
+                env=spec.expanded_env(),
                 cwd=spec.cwd,
             )
             return Client(params, read_timeout_seconds=spec.timeout, message_handler=self._notification)
@@ -143,7 +142,7 @@ class Connection:
 
             from mcp import Client
 
-            headers = {k: os.path.expandvars(v) for k, v in spec.headers.items()}  # `${TOKEN}` from the env
+            headers = spec.expanded_headers()  # `${TOKEN}` from the env (SEC7k2: only that form)
             # Not httpx's default 5 s read timeout: a call's response stream is silent until the tool
             # answers, and a read timeout there ends the whole connection (the call: "stopped during the
             # call"). The SDK's own defaults (30 s, 300 s for reading streams), and reads outlast a call.

@@ -176,6 +176,10 @@ class MemoryPlugin(Plugin, Hooks):
             lists.append(ranked)
         return [flat[i] for i, _ in rrf(lists)[:limit]]
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        if ctx.tx is not None:
+            await self.core.rows.delete_agent(ctx.tx, ctx.agent_id)
+
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
         context = info.context
         tx = ctx.tx

@@ -277,6 +277,19 @@ class Rows:
             await tx.execute("DELETE FROM memory_notes_fts WHERE rowid = ?", (seq,))
         await tx.execute("DELETE FROM memory_notes WHERE id = ?", (note_id,))
 
+    async def delete_agent(self, tx: Tx, agent_id: str) -> None:
+        """SEC2: every note and example scoped to the agent, with their index rows and vectors, and the
+        audit events about it (they quote bodies): a re-created id starts with none."""
+        for kind, table in (("note", "memory_notes"), ("example", "memory_examples")):
+            owned = f"SELECT seq FROM {table} WHERE agent_id = ?"
+            await tx.execute(
+                f"DELETE FROM memory_vectors WHERE kind = '{kind}' AND item_seq IN ({owned})", (agent_id,)
+            )
+            if self.dialect == "sqlite":
+                await tx.execute(f"DELETE FROM {table}_fts WHERE rowid IN ({owned})", (agent_id,))
+            await tx.execute(f"DELETE FROM {table} WHERE agent_id = ?", (agent_id,))
+        await tx.execute("DELETE FROM memory_events WHERE agent_id = ?", (agent_id,))
+
     async def list_notes(
         self,
         tx: Tx,

@@ -534,6 +534,16 @@ class RunRecorder(Hooks):
                 (run_id, parent_step_id, parent_run_id),
             )
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        """SEC2: the agent's runs and their steps go with it (a re-created id starts with none)."""
+        tx = ctx.tx
+        if tx is None:
+            return
+        await tx.write_sql(
+            "DELETE FROM run_steps WHERE run_id IN (SELECT id FROM runs WHERE agent_id = ?)", (ctx.agent_id,)
+        )
+        await tx.write_sql("DELETE FROM runs WHERE agent_id = ?", (ctx.agent_id,))
+
     # -- responses -------------------------------------------------------------------------------
     async def block_tx(self, ctx: HookContext, block: Any) -> None:
         if ctx.tx is not None and ctx.run_id is not None and isinstance(block, Text) and block.text:

@@ -355,6 +355,11 @@ class _PolicyHooks(Hooks):
     async def activated_tx(self, ctx: HookContext) -> None:
         await self.plugin.activated_tx(ctx)
 
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        # SEC2: the agent's approvals (pending or decided, with their arguments) go with it
+        if ctx.tx is not None:
+            await ctx.tx.write_sql("DELETE FROM approvals WHERE agent_id = ?", (ctx.agent_id,))
+
     async def call_decided_tx(
         self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
     ) -> None:

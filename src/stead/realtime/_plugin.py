@@ -12,15 +12,16 @@ run/runs`, the store's transactions and `stead.extend`'s run-record helpers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stead._ids import new_id
 from stead.definitions import AgentDefinition, Registry, load_registry, render_instructions
 from stead.errors import ConfigurationError, InvalidInput
-from stead.extend import Migrations, Plugin, end_run, record_run, record_step
+from stead.extend import HookContext, Hooks, Migrations, Plugin, end_run, record_run, record_step
 from stead.orchestration import Orchestrator, orchestrator_of
 from stead.realtime._broker import Broker, Delegation
 from stead.realtime._clock import Clock, SystemClock
@@ -88,6 +89,9 @@ class RealtimePlugin(Plugin):
     async def close(self, system: AgentSystem) -> None:
         for session in list(self.sessions.values()):
             await session.close()
+
+    def hooks(self) -> Iterable[Hooks]:
+        return (_DeletedAgents(self),)
 
     def _orchestrator(self, system: AgentSystem) -> Orchestrator:
         try:
@@ -282,6 +286,33 @@ class RealtimePlugin(Plugin):
                     dl.session_id = sid
                 adopted.append(dl)
         return _Identity(sid, agent_id, d.name, run_id, step_id, next_seq), adopted
+
+
+class _DeletedAgents(Hooks):
+    """SEC2: a deleted agent's realtime rows (its name, sessions, their transcripts and delegations) go in
+    the deletion's transaction; a session of it still open here closes after the commit."""
+
+    def __init__(self, plugin: RealtimePlugin) -> None:
+        self.plugin = plugin
+        self.closing: set[asyncio.Task[None]] = set()
+
+    async def agent_deleted_tx(self, ctx: HookContext) -> None:
+        tx, agent_id = ctx.tx, ctx.agent_id
+        if tx is None:
+            return
+        sessions = "SELECT id FROM realtime_sessions WHERE agent_id = ?"
+        await tx.write_sql(f"DELETE FROM realtime_transcripts WHERE session_id IN ({sessions})", (agent_id,))
+        for table in ("realtime_delegations", "realtime_sessions", "realtime_agents"):
+            await tx.write_sql(f"DELETE FROM {table} WHERE agent_id = ?", (agent_id,))
+        open_here = [s for s in self.plugin.sessions.values() if s.agent_id == agent_id]
+        if open_here:
+            tx.after_commit(lambda: self._close(open_here))
+
+    def _close(self, sessions: list[RealtimeSession]) -> None:
+        for session in sessions:
+            task = asyncio.get_running_loop().create_task(session.close())
+            self.closing.add(task)
+            task.add_done_callback(self.closing.discard)
 
 
 def realtime_plugin_of(system: AgentSystem) -> RealtimePlugin:

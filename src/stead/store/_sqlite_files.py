@@ -14,10 +14,12 @@ from stead.errors import InvalidInput, SchemaTooNew, StoreError
 
 __all__ = [
     "MIGRATIONS",
+    "PRIVATE",
     "SCHEMA_VERSION",
     "check_foreign",
     "check_not_directory",
     "check_versions",
+    "create_private",
     "file_error",
     "lock_owner",
     "migrate",
@@ -74,6 +76,23 @@ def file_error(path: str, error: sqlite3.Error) -> StoreError:
 def check_not_directory(path: str) -> None:
     if Path(path).is_dir():
         raise StoreError(f"{path} is a directory, not a database file (name a file, e.g. {path}/stead.db)")
+
+
+PRIVATE = 0o600
+"""SEC7k1: the mode of every file the store creates (the database, its lock file; SQLite gives the -wal and
+-shm files the database file's mode)."""
+
+
+def create_private(path: str) -> None:
+    """Create `path` empty with mode 0600 unless it exists (an existing file keeps its mode): SQLite would
+    create it with 0644 less the umask, readable by every local user, and its -wal/-shm files copy that."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise StoreError(f"cannot create {path}: {e.strerror or e}") from None
+    os.close(fd)
 
 
 def unlink(path: str) -> None:

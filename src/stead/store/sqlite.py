@@ -37,10 +37,12 @@ from urllib.parse import parse_qs, urlparse
 
 from stead.errors import Closed, InvalidInput, ReadOnly, StoreCrashed, StoreError, StoreLocked
 from stead.store._sqlite_files import (
+    PRIVATE,
     SCHEMA_VERSION,
     check_foreign,
     check_not_directory,
     check_versions,
+    create_private,
     file_error,
     lock_owner,
     migrate,
@@ -149,7 +151,7 @@ class SqliteStore:
                 ) from None
             new_lock = not os.path.exists(path + ".lock")
             try:
-                lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+                lock_fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, PRIVATE)
             except OSError as e:
                 raise StoreError(
                     f"cannot open {path} for writing: its lock file {path}.lock cannot be created "
@@ -167,6 +169,8 @@ class SqliteStore:
                 ) from None
             write_pid(lock_fd)
         try:
+            if lock_fd is not None:
+                create_private(path)  # SEC7k1: 0600, and so are the -wal and -shm files SQLite adds
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
             try:
                 check_foreign(conn, path)
