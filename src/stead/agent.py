@@ -639,6 +639,8 @@ def check_storable(what: str, value: Any) -> None:
     problem = unstorable(value)
     if problem is not None:
         raise InvalidInput(f"{what} contains {problem}")
+
+
 MAX_METADATA_DEPTH = 32
 """SEC6k1: how deeply a message's metadata (and settings) may nest; their size counts towards the payload
 limit (`max_payload_bytes`)."""
