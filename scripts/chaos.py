@@ -114,6 +114,7 @@ def _pg_fleet(args: argparse.Namespace) -> int:
         print(f"no PostgreSQL server at {args.pg_admin}", file=sys.stderr)
         return 2
     cluster = None if args.pg_cluster in ("", "none") else args.pg_cluster
+    logging.getLogger("psycopg").setLevel(logging.CRITICAL)  # the client's pool reconnecting after restarts
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + (args.seeds or 5)))
     print(
         f"chaos (PostgreSQL fleet): {len(seeds)} seed(s) from {seeds[0]}, server {args.pg_admin}, "
@@ -152,7 +153,7 @@ def _pg_fleet(args: argparse.Namespace) -> int:
         if violations:
             failed.append(seed)
             print(f"FAIL seed {seed} ({took}; {plan.describe()}): {len(violations)} violation(s)")
-            for v in violations[: None if len(seeds) == 1 else 5]:
+            for v in violations[: None if len(seeds) == 1 else 20]:
                 print(f"  - {v[:1500]}")
             if len(seeds) == 1:
                 print("  events:\n    " + "\n    ".join(events))

@@ -332,7 +332,7 @@ def run_fleet_scenario(
     defs = write_definitions(tmp_path / "defs")
     # a worker stopped inside a transaction keeps its row locks until PostgreSQL ends its session
     with fresh_database(admin, options=IDLE_TX_TIMEOUT) as url:
-        cap = str(n // 2)
+        cap = str((n + 1) // 2)  # A and B together can own all n (n may be odd in --pg-fleet)
         a = start_worker(url, defs, tmp_path / "a.log", *FLEET_FAST, "--capacity", cap)
         b = start_worker(url, defs, tmp_path / "b.log", *FLEET_FAST, "--capacity", cap)
         c = None
@@ -559,6 +559,7 @@ class _Fleet:
         self.events: list[str] = []
         self.t0 = time.monotonic()
         self.stats: Counter[str] = Counter()
+        self.extra: dict[str, list[str]] = {}  # messages the faults sent (agent id -> ids)
 
     def start(self) -> WorkerProc:
         name = "ABCDEFGHIJ"[len(self.workers)]
@@ -578,12 +579,13 @@ class _Fleet:
     def by_pid(self, pid: int) -> WorkerProc | None:
         return next((w for w in self.workers if w.pid == pid), None)
 
-    def stop(self, w: WorkerProc, seconds: float, why: str) -> None:
+    def stop(self, w: WorkerProc, seconds: float, why: str, kind: str) -> None:
         if w.pid in self.stopped or w.pid in self.killed:
             return
         w.signal(signal.SIGSTOP)
         self.stopped.add(w.pid)
         self.stats["stops"] += 1
+        self.stats[f"fault {kind}"] += 1
         self.note(f"SIGSTOP {self.names[w.pid]} ({why}) for {seconds}s")
         asyncio.get_running_loop().call_later(seconds, self.cont, w)
 
@@ -632,18 +634,24 @@ async def _fault(
         line = await _next_start(fleet, since, lambda ln, _: in_live(ln, flag), 20)
         w = fleet.by_pid(int(line[2])) if line else None
         if w is not None:
-            fleet.stop(w, seconds, f"inside {flag} tool {line[1]}")  # type: ignore[index]
+            fleet.stop(w, seconds, f"inside {flag} tool {line[1]}", kind)  # type: ignore[index]
     elif kind in ("frozen_wakeup", "stop_rerun"):
         if kind == "frozen_wakeup":
-            # a long call: the woken worker comes back while the new owner's re-run still works
+            # its own long call (6 s): the woken worker comes back while the new owner's re-run works
+            durable = [i for i in range(fleet.n) if CHAOS_FLAGS[i % 4] == "durable"]
+            aid = f"ag{random.Random(since).choice(durable):03d}"
+            mid = f"fw{len(fleet.extra)}"
+            fleet.extra.setdefault(aid, []).append(mid)
+            with contextlib.suppress(stead.StoreError):
+                await (await client.get(aid)).send(f"{mid} ms=6000", id=mid)
             line = await _next_start(
-                fleet, since, lambda ln, _: in_live(ln, "durable") and int(ln[6]) >= 1500, 15
+                fleet, since, lambda ln, _: in_live(ln, "durable") and ln[5] == aid and int(ln[6]) == 6000, 30
             )
             if line is None:
                 return
             frozen = fleet.by_pid(int(line[2]))
             assert frozen is not None
-            fleet.stop(frozen, 60, f"inside durable tool {line[1]}, until its re-run starts")
+            fleet.stop(frozen, 60, f"inside durable tool {line[1]}, until its re-run starts", kind)
             cid = line[1]
             rerun = await _next_start(
                 fleet, since, lambda ln, _: ln[1] == cid and int(ln[2]) != frozen.pid, 20
@@ -659,7 +667,7 @@ async def _fault(
             line = await _next_start(fleet, 0, rerun_of, 20)
             w = fleet.by_pid(int(line[2])) if line else None
             if w is not None:
-                fleet.stop(w, seconds, f"re-running {line[1]}")  # type: ignore[index]
+                fleet.stop(w, seconds, f"re-running {line[1]}", kind)  # type: ignore[index]
     elif kind == "stop_awaiting":
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -669,13 +677,15 @@ async def _fault(
                 for ap in pending:
                     w = next((w for w in fleet.live() if w.worker_id == owners.get(ap.agent_id)), None)
                     if w is not None:
-                        fleet.stop(w, seconds, f"owner of {ap.agent_id} awaiting approval of {ap.call_id}")
+                        fleet.stop(
+                            w, seconds, f"owner of {ap.agent_id} awaiting approval of {ap.call_id}", kind
+                        )
                         return
             await asyncio.sleep(0.02)
     elif kind == "stop_any":
         if fleet.live():
             w = random.Random(f"{seconds}{len(fleet.events)}").choice(fleet.live())
-            fleet.stop(w, seconds, "at a random moment")
+            fleet.stop(w, seconds, "at a random moment", kind)
     elif kind == "kill":
         if len(fleet.live()) > 1:
             fleet.kill(random.Random(len(fleet.events)).choice(fleet.live()))
@@ -878,6 +888,8 @@ def _check_chaos(
     for runs in plan.tasks:
         for a, mid, _ms in runs:
             sent.setdefault(f"ag{a:03d}", []).append(mid)
+    for aid, mids in fleet.extra.items():
+        sent.setdefault(aid, []).extend(mids)
     fleet.stats["reruns"] = sum(n - 1 for n in starts.values() if n > 1)
     for i in range(plan.n):
         aid = f"ag{i:03d}"
