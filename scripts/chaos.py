@@ -123,6 +123,7 @@ def _pg_fleet(args: argparse.Namespace) -> int:
     )
     failed = []
     totals: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()  # seeds with a violation of each kind
     t0 = time.monotonic()
     for seed in seeds:
         rng = random.Random(seed)
@@ -149,6 +150,7 @@ def _pg_fleet(args: argparse.Namespace) -> int:
                 traceback.print_exc(limit=5)
                 events = []
         took = f"{t_mid - t_seed:.0f}+{time.monotonic() - t_mid:.0f}s"
+        kinds.update({_kind(v) for v in violations})
         plan = make_fleet_plan(seed, restarts=cluster is not None)
         if violations:
             failed.append(seed)
@@ -168,9 +170,24 @@ def _pg_fleet(args: argparse.Namespace) -> int:
     wall = time.monotonic() - t0
     print(f"summary: {len(seeds)} seeds (PostgreSQL fleet), {len(failed)} failing, wall {wall:.0f}s")
     print("  exercised: " + ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
+    print("  seeds failing by kind: " + (", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "-"))
     for seed in failed:
         print(f"  failing: {_pg_replay(seed, args)}")
     return 1 if failed else 0
+
+
+def _kind(violation: str) -> str:
+    """A violation's kind, for the summary."""
+    for needle, kind in (
+        ("RunNotFound", "RunNotFound"),
+        ("did not return awaiting_input", "run() without awaiting_input"),
+        ("request ", "request checker"),
+        ("decisive scenario", "decisive scenario"),
+        ("harness error", "harness error"),
+    ):
+        if needle in violation:
+            return kind
+    return "other"
 
 
 def _pg_replay(seed: int, args: argparse.Namespace) -> str:
