@@ -45,12 +45,15 @@ from stead.core.batch import IN_DOUBT_TEXT
 from stead.core.records import full_records
 from stead.messages import ToolCall, ToolResult, decode_block
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse, _events
+from tests.chaos.requests import RequestLog, Stored, check_requests, read_requests, stored_from_records
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 WORKER = Path(__file__).resolve().parent / "worker.py"
 
 N_AGENTS = 3
 TOOL_NAMES = ["plain_op", "durable_op", "tx_op", "recon_op", "gated_op"]
+HELD = frozenset({"gated_op"})
+"""Tools whose calls are held for approval: their results may follow later calls' results (T2)."""
 RETRY = stead.RetryPolicy(max_attempts=3, base_delay=0.005, max_delay=0.02)
 IDLE_TIMEOUT = 30.0
 CONTEXT_WINDOW = 1500
@@ -181,6 +184,8 @@ class World:
     """Process-wide state of the running incarnation (tool bodies and hooks read it)."""
 
     effects: Path | None = None
+    requests: RequestLog | None = None
+    """Logs every provider request as it is made (the request checker, tests/chaos/requests.py)."""
     inc: int = 0
     emit: Emit = staticmethod(lambda line: None)  # type: ignore[assignment]
     attempts: ClassVar[Counter[tuple[Any, ...]]] = Counter()
@@ -292,6 +297,8 @@ def _parse_step(step: str) -> tuple[str, int, int, str]:
 
 def respond(request: stead.ProviderRequest) -> ScriptedResponse:
     """Deterministic in the request (plus a per-process attempt counter that drives retried flaws)."""
+    if World.requests is not None:
+        World.requests(request)
     if request.purpose == "compaction":
         return ScriptedResponse(blocks=[stead.Text(f"summary of {len(request.messages[-1].text)} chars")])
     msgs = request.messages
@@ -534,6 +541,7 @@ async def incarnation(db: Path, seed: int, inc: int, final: bool, emit: Emit) ->
     """The body of a worker process (killed at a random moment unless `final`)."""
     plan = make_plan(seed)
     World.effects = Path(str(db) + ".effects")
+    World.requests = RequestLog(requests_path(db), f"incarnation {inc}")
     World.inc = inc
     World.emit = emit  # type: ignore[assignment]
     system = await open_system(db)
@@ -601,6 +609,23 @@ def snapshot(db: Path) -> Snapshot:
     finally:
         conn.close()
     return Snapshot(kv, history)
+
+
+def requests_path(db: Path) -> Path:
+    return Path(str(db) + ".requests")
+
+
+def stored_sqlite(db: Path) -> Stored:
+    """Every call and every stored version of each result (current history and archive), read directly."""
+    conn = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        rows = list(conn.execute("SELECT agent_id, record FROM history"))
+        if "history_archive" in tables:
+            rows += list(conn.execute("SELECT agent_id, record FROM history_archive"))
+    finally:
+        conn.close()
+    return stored_from_records((aid, json.loads(rec)) for aid, rec in rows)
 
 
 def _calls_and_results(recs: list[dict[str, Any]]) -> tuple[list[ToolCall], list[ToolResult]]:
@@ -936,8 +961,10 @@ async def run_seed(seed: int, workdir: Path | None = None) -> SeedResult:
                 break
         if not violations:
             violations += check_final(snap, markers, read_effects(Path(str(db) + ".effects")), committed_in)
+            violations += check_requests(read_requests([requests_path(db)]), stored_sqlite(db), HELD)
             violations += await reload_twice(db)
         stats = _stats(snap, read_effects(Path(str(db) + ".effects")), markers)
+        stats["requests_checked"] = len(read_requests([requests_path(db)]))
     return SeedResult(seed, violations, plan.kills, time.monotonic() - t0, stats=stats)
 
 
@@ -973,6 +1000,7 @@ async def run_flaky_seed(seed: int, workdir: Path | None = None) -> SeedResult:
     with tempfile.TemporaryDirectory(prefix=f"flaky{seed}-", dir=workdir) as d:
         db = Path(d) / "flaky.db"
         World.effects = Path(str(db) + ".effects")
+        World.requests = RequestLog(requests_path(db), "the flaky process")
         World.inc = 1
         World.attempts.clear()
         World.emit = lambda line: markers.feed(1, line)  # type: ignore[assignment]
@@ -1026,9 +1054,11 @@ async def run_flaky_seed(seed: int, workdir: Path | None = None) -> SeedResult:
                 violations.append(f"{agent_id(a)}: refused message {mid} left a trace")
         effects = read_effects(Path(str(db) + ".effects"))
         violations += check_final(snap, markers, effects, {})
+        violations += check_requests(read_requests([requests_path(db)]), stored_sqlite(db), HELD)
         violations += await reload_twice(db)
         stats = _stats(snap, effects, markers)
         stats["transient_failures"] = faults.transient_failures
+        stats["requests_checked"] = len(read_requests([requests_path(db)]))
     return SeedResult(seed, violations, 0, time.monotonic() - t0, flaky=True, stats=stats)
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import stead
 from tests.chaos import harness as H
+from tests.chaos import requests as R
 
 CI_SEEDS = range(24)
 
@@ -25,6 +27,7 @@ async def test_chaos_seed(seed: int, tmp_path: Path) -> None:
     result = await H.run_seed(seed, tmp_path)
     assert result.ok, "\n".join([*result.violations, "replay: " + H.replay_command(seed)])
     assert result.stats["messages"] > 0
+    assert result.stats["requests_checked"] > 0  # the request checker saw this seed's provider requests
 
 
 async def test_chaos_compacts_automatically_and_on_request(tmp_path: Path) -> None:
@@ -106,3 +109,105 @@ def test_markers_catch_a_second_creation() -> None:
     m.feed(1, "ACC 0 m1 1")
     m.feed(2, "ACC 0 m1 1")
     assert m.violations and Counter(m.accepted) == Counter({(0, "m1"): 1})
+
+
+# ---------------------------------------------------------------------------------- the request checker
+def _request(*messages: stead.Message) -> dict[str, object]:
+    req = stead.ProviderRequest("m", "", list(messages), [], agent_id="agent0", inference_id="inf9")
+    return R.encode_request(req, "test")
+
+
+def _calls(*ids: str) -> stead.Message:
+    return stead.Message(
+        "assistant", [stead.Text("calling"), *(stead.ToolCall("plain_op", {}, i) for i in ids)]
+    )
+
+
+def _results(*pairs: tuple[str, str]) -> stead.Message:
+    return stead.Message("tool", [stead.ToolResult(cid, out) for cid, out in pairs])
+
+
+ASK = stead.Message("user", [stead.Text("m1 :: T")])
+STORED = R.stored_from_records(
+    [
+        ("agent0", _call("c1")),
+        ("agent0", _call("c2")),
+        ("agent0", _result("c1", "one")),
+        ("agent0", _result("c2", "two")),
+    ]
+)
+
+
+def test_the_request_checker_passes_a_well_formed_request() -> None:
+    req = _request(ASK, _calls("c1", "c2"), _results(("c1", "one"), ("c2", "two")))
+    assert R.check_request(req, STORED) == []
+    assert R.check_request(_request(ASK), STORED) == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ((ASK, _calls("c1", "c2"), _results(("c1", "one"))), "['c2'] have no result"),  # a missing result
+        ((ASK, _calls("c1", "c2")), "no result before the end of the request"),  # none at all
+        ((ASK, _calls("c1"), ASK, _results(("c1", "one"))), "no result before a user message"),
+        ((ASK, _calls("c1", "c2"), _results(("c1", "one"), ("c1", "one"), ("c2", "two"))), "appears twice"),
+        ((ASK, _calls("c1", "c2"), _results(("c2", "two"), ("c1", "one"))), "not in call order"),
+        ((ASK, _calls("c1", "c2"), _results(("c1", "one"), ("c2", "TWO"))), "differs from the committed"),
+        (
+            (ASK, _calls("c1", "c3"), _results(("c1", "one"), ("c3", "x"))),
+            "result of call c3 is not committed",
+        ),
+        ((ASK, _calls("c1"), _results(("c1", "one"), ("zz", "x"))), "which the request does not contain"),
+        (
+            (ASK, _calls("c1"), _results(("c1", "one")), _calls("c1"), _results(("c1", "one"))),
+            "c1 appears twice",
+        ),
+        (
+            (
+                ASK,
+                _calls("c1"),
+                _results(("c1", "one")),
+                _calls("c2"),
+                _results(("c2", "two"), ("c1", "one")),
+            ),
+            "do not answer the calls right before them",
+        ),
+    ],
+)
+def test_the_request_checker_catches_planted_flaws(
+    messages: tuple[stead.Message, ...], expected: str
+) -> None:
+    violations = R.check_request(_request(*messages), STORED)
+    assert any(expected in v for v in violations), violations
+
+
+def test_the_request_checker_lets_held_calls_answer_last_and_reads_every_stored_version() -> None:
+    """T2: a held call's result commits with its decision, after the later calls' results; a compaction may
+    keep a shortened copy of a result (K1): either stored version is the committed one."""
+    gated = stead.Message(
+        "assistant", [stead.ToolCall("gated_op", {}, "c1"), stead.ToolCall("plain_op", {}, "c2")]
+    )
+    req = _request(ASK, gated, _results(("c2", "two"), ("c1", "one")))
+    assert R.check_request(req, STORED, frozenset({"gated_op"})) == []
+    assert R.check_request(req, STORED)  # without the exception: out of call order
+    stored = R.stored_from_records(
+        [("agent0", _call("c1")), ("agent0", _result("c1", "one")), ("agent0", _result("c1", "o…"))]
+    )
+    assert R.check_request(_request(ASK, _calls("c1"), _results(("c1", "o…"))), stored) == []
+
+
+def test_the_request_log_survives_and_is_checked_against_the_store(tmp_path: Path) -> None:
+    log = R.RequestLog(tmp_path / "r.jsonl", "test")
+    good = stead.ProviderRequest(
+        "m", "", [ASK, _calls("c1", "c2"), _results(("c1", "one"), ("c2", "two"))], [], agent_id="agent0"
+    )
+    bad = stead.ProviderRequest(
+        "m", "", [ASK, _calls("c1", "c2"), _results(("c2", "two"))], [], agent_id="agent0"
+    )
+    summary = stead.ProviderRequest("m", "", [ASK, _calls("c1")], [], agent_id="agent0", purpose="compaction")
+    for req in (good, bad, summary):
+        log(req)
+    logged = R.read_requests([tmp_path / "r.jsonl"])
+    assert len(logged) == 2  # summary requests are not conversations
+    violations = R.check_requests(logged, STORED)
+    assert len(violations) == 1 and "['c1'] have no result" in violations[0], violations

@@ -67,6 +67,7 @@ async def test_group_commit_release_failure_refuses_only_that_sender(db_url: str
 async def test_flaky_store_seed(seed: int, tmp_path: Path) -> None:
     result = await H.run_flaky_seed(seed, tmp_path)
     assert result.ok, "\n".join([*result.violations, "replay: " + H.replay_command(seed, flaky=True)])
+    assert result.stats["requests_checked"] > 0  # the request checker saw this seed's provider requests
 
 
 async def test_abort_while_the_loop_waits_to_retry_a_store_error(db_url: str) -> None:

@@ -6,6 +6,7 @@ default (at most once), a `durable` and a `transactional` one — and sends thre
 send/steer, client ids, one repeated). Every tool logs call id, pid and epoch before acting. A and B block
 inside their tools (B's transactional tools inside their transaction, holding the agent's row lock); A is
 SIGKILLed, B SIGSTOPped; once C owns every agent and has finished, B is continued and its tools released.
+Every provider request any worker made is checked against the store (tests/chaos/requests.py).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from tests.fakes.fleet import (
     fresh_database,
     pg_available,
     query,
+    run_fleet_chaos,
     run_fleet_scenario,
     start_worker,
 )
 from tests.fakes.openai_server import OpenAIFakeServer
 
 pytestmark = pytest.mark.skipif(not pg_available(), reason="no PostgreSQL server (tests/fakes/fleet.py)")
+CI_FLEET_SEED = 3
+REPLAY = f"python scripts/chaos.py --pg-fleet --seed {CI_FLEET_SEED}"
 
 
 @pytest.mark.timeout(300)
@@ -200,3 +204,13 @@ async def test_W6_a_frozen_owner_that_wakes_during_the_re_run_commits_nothing_an
                 w.proc.kill()
                 w.proc.wait(10)
         await server.close()
+
+
+@pytest.mark.timeout(600)
+def test_W2_fleet_chaos_seed_concurrent_runs_stops_and_approvals(tmp_path: Path) -> None:
+    """One seed of `scripts/chaos.py --pg-fleet`'s chaos scenario (no PostgreSQL restart: CI has only the
+    shared cluster): concurrent client `agent.run()`s, seeded SIGSTOP/SIGCONT inside tools, during re-runs
+    and approvals, every provider request checked against the store (tests/fakes/fleet.py)."""
+    result = run_fleet_chaos(tmp_path, CI_FLEET_SEED)
+    assert result.ok, "\n".join([*result.violations, *result.events, f"replay: {REPLAY}"])
+    assert result.stats["stops"] > 0 and result.stats["requests_checked"] > 0

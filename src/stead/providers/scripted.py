@@ -12,6 +12,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from stead.errors import ProviderError
 from stead.messages import Block, Reasoning, Text, ToolCall, Usage
@@ -61,7 +62,13 @@ Responder = Callable[
 
 
 class ScriptedProvider:
-    """Replays scripted responses; records every request it received in `requests`."""
+    """Replays scripted responses; records every request it received in `requests`.
+
+    `ScriptedProvider.observers` (process-wide, a test seam) are called with every request any scripted
+    provider of the process receives, before it answers: the chaos harness logs them there to check them
+    (docs/chaos.md), also in `stead worker` processes whose models are scripted files."""
+
+    observers: ClassVar[list[Callable[[ProviderRequest], None]]] = []
 
     def __init__(self, respond: Responder, *, name: str = "scripted") -> None:
         self._respond = respond
@@ -78,6 +85,8 @@ class ScriptedProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)
+        for observe in ScriptedProvider.observers:
+            observe(request)
         response = await self._response(request)
         if response.delay:
             await asyncio.sleep(response.delay)
