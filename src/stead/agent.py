@@ -19,13 +19,15 @@ from stead._changes import CHANGES_KEY, RuntimeChange
 from stead._ids import ID_RULE, is_valid_user_id, new_id
 from stead._plugin import IncomingMessage
 from stead.core import records as R
+from stead.core.batch import decode_batch
 from stead.core.compaction import request as request_compaction
 from stead.core.config import PERMISSION_MODES, AgentConfig
 from stead.core.decide import refuse_call, release_call
 from stead.core.events import Event, Settled
+from stead.core.gate import decode_gates
 from stead.core.hooks import CompactionInfo
 from stead.core.outcome import Outcome
-from stead.core.records import PAYLOAD_METADATA
+from stead.core.records import PAYLOAD_METADATA, Pending
 from stead.core.results import RunResult, read_run_state, waiting_result
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
 from stead.errors import (
@@ -267,7 +269,10 @@ class Agent:
                     break
                 if not rt.owned:
                     # another process runs the agent (PostgreSQL, `stead.core.fleet`): its events never
-                    # reach this one; the store says when the run has ended
+                    # reach this one; the store says when the run has ended, or that it waits (W8)
+                    result = await self._remote_waiting_result(acc.id)
+                    if result is not None:
+                        break
                     await asyncio.sleep(REMOTE_POLL)
                     continue
                 if not await _until_settled(rt, events):
@@ -319,6 +324,28 @@ class Agent:
                 "(a model change that reset the conversation removed its run)"
             )
         return state.result
+
+    async def _remote_waiting_result(self, message_id: str) -> RunResult | None:
+        """W8: for an agent another process runs, the `awaiting_input` result while the store shows it
+        waiting for decisions — every call of its dispatched batch held, no steered message queued (which
+        would reject them) — else None. Read in one transaction; on PostgreSQL a decision committed between
+        its reads shows as a call no longer held, so the caller polls again."""
+        async with self._rt.env.store.transaction() as tx:
+            pending = Pending.decode(await tx.get(self.id, R.PENDING))
+            if pending is None or pending.stage != "tools":
+                return None
+            entries = await tx.read_prefix(self.id, R.TOOL)
+            gates = decode_gates(entries)
+            if not entries or not all(
+                call.id in gates and gates[call.id].held for _, call in decode_batch(entries)
+            ):
+                return None
+            if any(v for k, v in await tx.read_prefix(self.id, R.STEER)):
+                return None
+            records = [json.loads(r) for r in await tx.load(self.id)]
+        return waiting_result(records, message_id) or RunResult(
+            "", Outcome.AWAITING_INPUT, "", [], Usage(0, 0), None, message_id
+        )
 
     async def _waiting_result(self, message_id: str) -> RunResult | None:
         async with self._rt.env.store.transaction() as tx:

@@ -508,6 +508,35 @@ async def test_W7_a_client_run_finds_its_result_when_the_consumption_commits_bet
         assert result.message_id == "w7-m2"
 
 
+async def test_W8_a_client_run_returns_awaiting_input_when_the_worker_waits_for_a_decision(
+    pg_url: str,
+) -> None:
+    """A client's `agent.run()` for an agent a worker runs, whose tool call is held for approval: the run
+    returns `awaiting_input` with the messages so far (as it does in the owning process), instead of
+    polling until someone decides; after the client approves, the same call with the same id returns the
+    completed run."""
+
+    @stead.tool(approval="always", name="guarded")
+    async def guarded() -> str:
+        """A step a human approves."""
+        return "guarded"
+
+    async with (
+        open_node(pg_url, tools=[guarded], approvals=True),
+        open_node(pg_url, run_agents=False, tools=[guarded], approvals=True) as client,
+    ):
+        agent = await client.create(provider="scripted", tools=["guarded"], agent_id="fleet-w8")
+        waiting = await asyncio.wait_for(agent.run("go", id="w8-m1"), TIMEOUT)
+        assert waiting.outcome is stead.Outcome.AWAITING_INPUT
+        assert waiting.message_id == "w8-m1" and waiting.run_id
+        assert [m.role for m in waiting.messages] == ["user", "assistant"]
+        (approval,) = await client.approvals()
+        assert (await client.approve(approval.id)).decided
+        done = await asyncio.wait_for(agent.run("go", id="w8-m1"), TIMEOUT)
+        assert done.outcome is stead.Outcome.COMPLETED and done.text == "answer to go"
+        assert done.run_id == waiting.run_id
+
+
 async def consumed(system: stead.AgentSystem, agent_id: str, message_id: str) -> bool:
     """Whether `message_id` is in the history (its consumption committed)."""
     return any(r.get("k") == "u" and r.get("id") == message_id for r in await records(system, agent_id))
