@@ -31,7 +31,7 @@ import stead
 from stead.agent import check_message
 from stead.cli._common import DEFAULT_DB, DbOption, execute, fail, out, url
 from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption, ModelOption
-from stead.cli._printer import Printer, TeamProgress
+from stead.cli._printer import Printer, TeamProgress, is_terminal
 from stead.cli._render import one_line, print_history
 from stead.cli._runs import runs_table
 from stead.cli._signals import SIGTERM_EXIT
@@ -254,8 +254,9 @@ class _Chat:
 
 
 async def _chat(source: Source, agent_id: str | None, db: str, model: str | None, max_payload: int) -> int:
-    # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt
-    tty = sys.stdin is not None and sys.stdin.isatty()
+    # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt;
+    # a stdout redirected to a file or a pipe gets the committed answers only (S5)
+    tty = sys.stdin is not None and sys.stdin.isatty() and is_terminal(sys.stdout)
     printer = Printer(Console(stderr=not tty, highlight=False, soft_wrap=True), line_buffered=True)
     progress = TeamProgress(printer)
     system = await open_owner(
