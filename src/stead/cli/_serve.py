@@ -13,6 +13,7 @@ import typer
 from rich.text import Text as RichText
 
 from stead.cli._common import DEFAULT_DB, err, execute, fail
+from stead.cli._options import RetryForOption, retry_policy
 
 __all__ = ["serve"]
 
@@ -30,13 +31,20 @@ def _url(db: str) -> str:
     return db if "://" in db else f"sqlite:///{db}"
 
 
-async def _serve(db: str, definitions: Path | None, host: str, port: int, tokens: Path | None) -> None:
+async def _serve(
+    db: str,
+    definitions: Path | None,
+    host: str,
+    port: int,
+    tokens: Path | None,
+    retry_for: float | None = None,
+) -> None:
     try:
         import stead.server as server
     except ImportError as e:  # pragma: no cover - depends on the installed extras
         fail(f"stead serve needs the server extra: pip install 'stead[server]' ({e})")
     auth = server.load_tokens(tokens) if tokens is not None else None
-    system = await server.open(_url(db), definitions=definitions)
+    system = await server.open(_url(db), definitions=definitions, retry=retry_policy(retry_for))
     try:
         app = server.create_app(system, auth=auth)
         note = (
@@ -69,6 +77,7 @@ def serve(
         Path | None,
         typer.Option("--tokens", help="A token file (YAML): tokens, tenants, scopes (docs/server.md)."),
     ] = None,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Serve the agents of a database over HTTP: REST, resumable event streams and the run viewer (/ui)."""
     if tokens is None and not _loopback(host):
@@ -77,4 +86,4 @@ def serve(
             "loopback only (127.0.0.1, ::1, localhost)",
             2,
         )
-    execute(lambda: _serve(db, definitions, host, port, tokens))
+    execute(lambda: _serve(db, definitions, host, port, tokens, retry_for))

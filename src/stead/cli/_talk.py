@@ -20,6 +20,7 @@ from rich.text import Text as RichText
 
 import stead
 from stead.cli._common import DEFAULT_DB, DbOption, err, execute, fail, url
+from stead.cli._options import RetryForOption, retry_policy
 from stead.cli._printer import erase_sequence, is_terminal
 from stead.definitions import load_definition, load_registry
 from stead.errors import SteadError
@@ -31,14 +32,21 @@ __all__ = ["talk"]
 
 
 async def _talk(
-    name: str, own: Path, team: Path, session_id: str | None, model: str | None, wait: float, db: str
+    name: str,
+    own: Path,
+    team: Path,
+    session_id: str | None,
+    model: str | None,
+    wait: float,
+    db: str,
+    retry_for: float | None = None,
 ) -> None:
     from stead.realtime import RealtimePlugin
 
     console = err()
     registry = load_registry(team)
     plugin = RealtimePlugin(None if own == team else own)
-    system = await stead.open(url(db), definitions=registry, plugins=[plugin])
+    system = await stead.open(url(db), definitions=registry, plugins=[plugin], retry=retry_policy(retry_for))
     try:
         session = cast(
             "RealtimeSession",
@@ -159,6 +167,7 @@ def talk(
         ),
     ] = 60.0,
     db: DbOption = DEFAULT_DB,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Talk with a realtime co-agent: each line is your turn; its answers stream to stdout, the work it
     hands to durable agents shows on stderr. A hand-off outlives the session: the next `stead talk` of the
@@ -175,4 +184,4 @@ def talk(
     except SteadError as e:
         fail(str(e))
     team = definitions.resolve() if definitions is not None else own
-    execute(lambda: _talk(name, own, team, session, model, wait, db))
+    execute(lambda: _talk(name, own, team, session, model, wait, db, retry_for))
