@@ -142,13 +142,13 @@ class Printer:
         """The block in progress will not be committed: it never reaches stdout, or leaves the screen."""
         if self.terminal and self._shown and not self._noted:
             self._write(erase_sequence(self._shown, shutil.get_terminal_size().columns))
-            self.at_line_start = True
         elif self.terminal and self._noted:
             self.newline()
             self.err.print(RichText("[the partial response above was dropped]", style="yellow"))
         self._pending = self._held = self._shown = ""
         self._noted = False
         self.streamed = False
+        self.at_line_start = True  # a block starts on a new line: what is left of it is gone
 
     def handle(self, ev: stead.Event) -> None:
         if isinstance(ev, stead.TextDelta):
