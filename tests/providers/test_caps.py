@@ -130,6 +130,8 @@ def test_MR3_retry_policy_budget_by_elapsed_time() -> None:
     assert timed.next_delay(50, 5.0) is not None  # far more attempts than max_attempts
     assert timed.next_delay(50, 19.75) == 0.25  # the last delay lands on the deadline
     assert timed.next_delay(50, 20.0) is None
+    late = timed.next_delay(5_000, 1.0)  # hours of attempts: the backoff stays within max_delay
+    assert late is not None and 0.5 <= late <= 1.0
     with pytest.raises(ValueError):
         stead.RetryPolicy(max_elapsed=-1)
 

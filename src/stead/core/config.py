@@ -103,7 +103,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_delay)
-        cap = min(self.max_delay, self.base_delay * (2 ** max(attempt - 1, 0)))
+        cap = min(self.max_delay, self.base_delay * (2 ** min(max(attempt - 1, 0), 60)))  # no float overflow
         return random.uniform(cap / 2, cap)
 
     def next_delay(self, attempt: int, elapsed: float, retry_after: float | None = None) -> float | None:
