@@ -224,6 +224,7 @@ class AgentSystem:
         data: dict[str, Any] | None = None,
         context_window: int | None = None,
         context: ContextPolicy | Mapping[str, Any] | None = None,
+        max_output_tokens: int | None = None,
     ) -> Agent:
         """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten.
 
@@ -234,7 +235,10 @@ class AgentSystem:
         `context_window=N` is the model's window in tokens (default: the catalog's); `context` the rest of
         the context policy, as a `stead.ContextPolicy` or a mapping with the keys of a definition's
         `context:` section (`window`, `reserve`, `keep_recent_tokens`, `compaction_model` — a model string
-        —, `expire_tool_results_after_turns`, `max_tool_result_chars`, `auto`). See docs/context.md."""
+        —, `expire_tool_results_after_turns`, `max_tool_result_chars`, `max_output_tokens`, `auto`).
+        `max_output_tokens=N` caps each of the agent's responses (default: the catalog's output limit for
+        its model; never more than the window minus the request), durable like the rest of the policy.
+        See docs/context.md."""
         self._check_open()
         if definition is not None:
             if provider is not None or model is not None or instructions or tools or extra:
@@ -243,10 +247,12 @@ class AgentSystem:
                     "the definition; do not pass them too"
                 )
             kwargs = self._definition_source().config_for(definition, data=data)
-            if context is not None or context_window is not None:
+            if context is not None or context_window is not None or max_output_tokens is not None:
                 kwargs["context"] = {**dict(kwargs.get("context") or {}), **_context_items(context)}
                 if context_window is not None:
                     kwargs["context"]["window"] = context_window
+                if max_output_tokens is not None:
+                    kwargs["context"]["max_output_tokens"] = max_output_tokens
             kwargs.setdefault("max_tool_result_chars", max_tool_result_chars)
             return await self.create(
                 agent_id=agent_id,
@@ -271,7 +277,7 @@ class AgentSystem:
                 raise InvalidInput(f"queue mode must be 'one-at-a-time' or 'all', not {mode!r}")
         if permission_mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
-        policy, result_chars = self._context_policy(context, context_window)
+        policy, result_chars = self._context_policy(context, context_window, max_output_tokens)
         if result_chars is not None:
             max_tool_result_chars = result_chars
         config = AgentConfig(
@@ -301,17 +307,28 @@ class AgentSystem:
         return Agent(self.admission, rt, self._approval_source)
 
     def _context_policy(
-        self, context: ContextPolicy | Mapping[str, Any] | None, window: int | None
+        self,
+        context: ContextPolicy | Mapping[str, Any] | None,
+        window: int | None,
+        max_output_tokens: int | None = None,
     ) -> tuple[ContextPolicy, int | None]:
         """The checked context policy (and a `max_tool_result_chars` it carries)."""
         items = _context_items(context)
         result_chars = items.pop("max_tool_result_chars", None)
         if window is not None:
             items["window"] = window
+        if max_output_tokens is not None:
+            items["max_output_tokens"] = max_output_tokens
         unknown = set(items) - set(ContextPolicy.__dataclass_fields__)
         if unknown:
             raise ConfigurationError(f"unknown context setting(s) {', '.join(sorted(unknown))}")
-        for key in ("window", "reserve", "keep_recent_tokens", "expire_tool_results_after_turns"):
+        for key in (
+            "window",
+            "reserve",
+            "keep_recent_tokens",
+            "expire_tool_results_after_turns",
+            "max_output_tokens",
+        ):
             value = items.get(key)
             least = 0 if key == "expire_tool_results_after_turns" else 1
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -750,6 +767,7 @@ async def open_system(
     env.resolve_provider = router.provider_for
     env.compatible = router.compatible
     env.context_window = router.context_window
+    env.output_limit = router.output_limit
     system = AgentSystem(store, env, router, plugins, readonly=readonly, run_agents=run_agents)
     if store.dialect == "postgresql":
         env.remote_abort = functools.partial(notify_abort, store)

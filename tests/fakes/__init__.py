@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stead.messages import Block, Usage
+from stead.messages import Block, Text, Usage
 
-__all__ = ["DEFAULT_USAGE", "FakeServer", "Recorded", "Reply", "split"]
+__all__ = ["DEFAULT_USAGE", "RUNAWAY_WORD", "FakeServer", "Recorded", "Reply", "cap_of", "split"]
 
 DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
 
@@ -45,6 +46,12 @@ class Reply:
     - `truncate_after=N`: end the HTTP body cleanly after N events, without the terminal event.
     - `stream_error_after=N`: after N events send the vendor's in-stream error event (`error_type`).
     - `first_byte_delay`: seconds before the response head is written.
+    - `hold_after=N`: after N stream events, pause (the server's `holding` event is set) until the test sets
+      the server's `release` event, then go on.
+
+    `runaway=True` streams until stopped, as a server without a default cap does: one word per event until
+    the request's output cap (`cap_of`) is reached, then the vendor's `length` finish; without a cap, until
+    `runaway_limit` words.
     """
 
     blocks: list[Block] = field(default_factory=list)
@@ -61,6 +68,9 @@ class Reply:
     truncate_after: int | None = None
     stream_error_after: int | None = None
     first_byte_delay: float = 0.0
+    hold_after: int | None = None
+    runaway: bool = False
+    runaway_limit: int = 20_000
 
 
 @dataclass
@@ -82,6 +92,19 @@ def split(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+RUNAWAY_WORD = "blah "
+"""What a `runaway` reply streams, one word (about one token) per event."""
+
+
+def cap_of(body: Any) -> int | None:
+    """The output cap a request carries: `max_completion_tokens` (OpenAI) or `max_tokens` (OpenAI-compatible
+    servers, Anthropic); None when it carries none."""
+    if not isinstance(body, dict):
+        return None
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return int(value) if value is not None else None
+
+
 class FakeServer:
     """The HTTP part shared by the vendor fakes. Subclasses render replies."""
 
@@ -92,6 +115,10 @@ class FakeServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Recorded] = []
         self.port = 0
+        self.holding = asyncio.Event()
+        """Set while a `hold_after` reply is paused."""
+        self.release = asyncio.Event()
+        """Set it to let a paused `hold_after` reply go on."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -102,10 +129,16 @@ class FakeServer:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
-    async def start(self) -> FakeServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> FakeServer:
+        """Listen on 127.0.0.1 (an ephemeral port, or `port`: a server started again where it was)."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    @property
+    def caps(self) -> list[int | None]:
+        """The output cap of every model request received, in order (None: the request carried none)."""
+        return [cap_of(r.body) for r in self.requests if r.path == self.path]
 
     @property
     def url(self) -> str:
@@ -193,6 +226,11 @@ class FakeServer:
         else:
             reply = Reply(status=500, error_message="fake server: no scripted reply left")
 
+        if reply.runaway:
+            words = cap_of(body) or reply.runaway_limit
+            reply = dataclasses.replace(
+                reply, blocks=[Text(RUNAWAY_WORD * words)], chunk=len(RUNAWAY_WORD), stop="length"
+            )
         if reply.first_byte_delay:
             await asyncio.sleep(reply.first_byte_delay)
         if reply.status is not None:
@@ -215,6 +253,10 @@ class FakeServer:
             if reply.stream_error_after == index:
                 self._chunk(writer, self.stream_error_frame(reply))
                 break
+            if reply.hold_after == index:
+                self.holding.set()
+                await self.release.wait()
+                self.holding.clear()
             self._chunk(writer, frame)
             await writer.drain()
         writer.write(b"0\r\n\r\n")

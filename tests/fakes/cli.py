@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO, Any
 
-__all__ = ["STEAD", "cli_env", "run_cli", "write_waiting_agent"]
+__all__ = ["STEAD", "cli_env", "run_cli", "start_cli", "write_waiting_agent"]
 
 STEAD = [sys.executable, "-c", "from stead.cli import main; main()"]
 """The console script, run by this interpreter (the test's venv)."""
@@ -34,6 +36,22 @@ def run_cli(
         timeout=timeout,
         env=env or cli_env(),
         stdin=subprocess.DEVNULL if stdin is None else None,
+    )
+
+
+async def start_cli(
+    *args: str, cwd: Path, stdout: IO[Any] | int = subprocess.PIPE, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start `stead ARGS...` without blocking the test's event loop (which may be running a fake model
+    server the process talks to); no standard input, stderr piped, stdout piped unless given (a file)."""
+    return await asyncio.create_subprocess_exec(
+        *STEAD,
+        *args,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=env or cli_env(),
     )
 
 

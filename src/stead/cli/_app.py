@@ -32,7 +32,13 @@ from stead.cli._common import (
 )
 from stead.cli._memory import memory_app
 from stead.cli._models import models as _models_command
-from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption, ModelOption
+from stead.cli._options import (
+    AgentOption,
+    DefinitionArgument,
+    MaxPayloadOption,
+    ModelOption,
+    RetryForOption,
+)
 from stead.cli._printer import Printer, TeamProgress
 from stead.cli._render import message_json, print_history
 from stead.cli._runs import runs_app
@@ -91,6 +97,7 @@ async def _run(
     db: str,
     model: str | None,
     max_payload_bytes: int,
+    retry_for: float | None = None,
 ) -> str:
     """Run one message through an agent built from `source` and wait until it has nothing left to do.
 
@@ -105,7 +112,13 @@ async def _run(
     agent: stead.Agent | None = None
     try:
         system = await open_owner(
-            source, db, agent_id, model=model, hooks=[progress], max_payload_bytes=max_payload_bytes
+            source,
+            db,
+            agent_id,
+            model=model,
+            hooks=[progress],
+            max_payload_bytes=max_payload_bytes,
+            retry_for=retry_for,
         )
         progress.system = system
         try:
@@ -175,6 +188,7 @@ def run(
     model: ModelOption = None,
     db: DbOption = DEFAULT_DB,
     max_payload_bytes: MaxPayloadOption = 1_000_000,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Send MESSAGE to an agent built from a definition and stream its answer.
 
@@ -193,7 +207,7 @@ def run(
     check_input(message, max_payload_bytes)
     url(db)
     source = load_source(definition, agent_name, agent)
-    agent_id = execute(lambda: _run(source, message, agent, db, model, max_payload_bytes))
+    agent_id = execute(lambda: _run(source, message, agent, db, model, max_payload_bytes, retry_for))
     _note_agent(err(), agent_id)
 
 

@@ -30,8 +30,14 @@ from rich.text import Text as RichText
 import stead
 from stead.agent import check_message
 from stead.cli._common import DEFAULT_DB, DbOption, execute, fail, out, url
-from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption, ModelOption
-from stead.cli._printer import Printer, TeamProgress
+from stead.cli._options import (
+    AgentOption,
+    DefinitionArgument,
+    MaxPayloadOption,
+    ModelOption,
+    RetryForOption,
+)
+from stead.cli._printer import Printer, TeamProgress, is_terminal
 from stead.cli._render import one_line, print_history
 from stead.cli._runs import runs_table
 from stead.cli._signals import SIGTERM_EXIT
@@ -253,13 +259,27 @@ class _Chat:
             await self.submit(line[1:] if line.startswith("//") else line)
 
 
-async def _chat(source: Source, agent_id: str | None, db: str, model: str | None, max_payload: int) -> int:
-    # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt
-    tty = sys.stdin is not None and sys.stdin.isatty()
+async def _chat(
+    source: Source,
+    agent_id: str | None,
+    db: str,
+    model: str | None,
+    max_payload: int,
+    retry_for: float | None = None,
+) -> int:
+    # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt;
+    # a stdout redirected to a file or a pipe gets the committed answers only (S5)
+    tty = sys.stdin is not None and sys.stdin.isatty() and is_terminal(sys.stdout)
     printer = Printer(Console(stderr=not tty, highlight=False, soft_wrap=True), line_buffered=True)
     progress = TeamProgress(printer)
     system = await open_owner(
-        source, db, agent_id, model=model, hooks=[progress], max_payload_bytes=max_payload
+        source,
+        db,
+        agent_id,
+        model=model,
+        hooks=[progress],
+        max_payload_bytes=max_payload,
+        retry_for=retry_for,
     )
     progress.system = system
     loop = asyncio.get_running_loop()
@@ -317,6 +337,7 @@ def chat(
     model: ModelOption = None,
     db: DbOption = DEFAULT_DB,
     max_payload_bytes: MaxPayloadOption = 1_000_000,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Talk with an agent built from a definition (a file, or a directory and AGENT_NAME), or continue one
     with --agent ID.
@@ -332,6 +353,6 @@ def chat(
         fail(f"unexpected argument {name!r}: a definition file names its agent (chat takes no message)", 2)
     url(db)
     source = load_source(definition, name, agent)
-    code = execute(lambda: _chat(source, agent, db, model, max_payload_bytes))
+    code = execute(lambda: _chat(source, agent, db, model, max_payload_bytes, retry_for))
     if code:
         raise typer.Exit(code)

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["AgentOption", "DefinitionArgument", "MaxPayloadOption", "ModelOption"]
+from stead import RetryPolicy
+
+__all__ = [
+    "AgentOption",
+    "DefinitionArgument",
+    "MaxPayloadOption",
+    "ModelOption",
+    "RetryForOption",
+    "retry_policy",
+]
 
 MaxPayloadOption = Annotated[
     int,
@@ -41,3 +50,20 @@ DefinitionArgument = Annotated[
         show_default=False,
     ),
 ]
+RetryForOption = Annotated[
+    float | None,
+    typer.Option(
+        "--retry-for",
+        metavar="SECONDS",
+        min=0,
+        envvar="STEAD_RETRY_FOR",
+        help="Retry a failing model request (server down, rate limited, cut stream) with backoff for up to "
+        "this many seconds before the turn fails (default: 5 attempts, about 6 s). "
+        "stead.open(retry=RetryPolicy(max_elapsed=...)).",
+    ),
+]
+
+
+def retry_policy(seconds: float | None) -> RetryPolicy | None:
+    """The retry policy of `--retry-for SECONDS` (None: the default policy)."""
+    return None if seconds is None else RetryPolicy(max_elapsed=seconds)

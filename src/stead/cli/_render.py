@@ -10,7 +10,10 @@ from rich.text import Text as RichText
 
 from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
 
-__all__ = ["block_json", "call_summary", "message_json", "one_line", "print_history"]
+__all__ = ["CUT_NOTE", "block_json", "call_summary", "message_json", "one_line", "print_history"]
+
+CUT_NOTE = "(cut off: the response reached its output cap; raise it with context.max_output_tokens)"
+"""What the CLI says of a response cut by its output cap (`finish_reason: length`, MR2)."""
 
 
 def block_json(block: Block) -> dict[str, Any]:
@@ -95,6 +98,8 @@ def print_history(console: Console, messages: list[Message]) -> None:
                 style = "red" if b.is_error else ""
                 mark = "✗" if b.is_error else "←"
                 console.print(RichText(_indent(f"{mark} {name}: {b.output}"), style=style))
+        if m.role == "assistant" and m.metadata and m.metadata.get("finish_reason") == "length":
+            console.print(RichText(_indent(CUT_NOTE), style="yellow"))
 
 
 def _indent(text: str) -> str:

@@ -184,6 +184,8 @@ def _step_label(st: stead.Step) -> RichText:
     elif st.type == "prompt" and st.status != "running":
         label.append("  tokens ?")
     out = st.output
+    if st.type == "prompt" and isinstance(out, dict) and out.get("reason") == "length":
+        label.append("  cut off at the output cap", style="yellow")  # MR2
     if st.type == "compaction" and isinstance(out, dict):
         label.append(f"  ~{out.get('tokens_before', 0):,} → ~{out.get('tokens_after', 0):,} tokens")
     if st.error:

@@ -14,6 +14,7 @@ import typer
 from rich.text import Text as RichText
 
 from stead.cli._common import DEFAULT_DB, err, execute, fail
+from stead.cli._options import RetryForOption, retry_policy
 
 __all__ = ["serve"]
 
@@ -46,6 +47,7 @@ async def _serve(
     tokens: Path | None,
     allow_models: list[str],
     docs: bool,
+    retry_for: float | None = None,
 ) -> None:
     try:
         import stead.server as server
@@ -59,7 +61,7 @@ async def _serve(
                 f"chmod 600 {tokens} (or list its tokens as sha256: hashes)"
             )
         )
-    system = await server.open(_url(db), definitions=definitions)
+    system = await server.open(_url(db), definitions=definitions, retry=retry_policy(retry_for))
     try:
         app = server.create_app(system, auth=auth, allow_models=allow_models, allowed_hosts=[host], docs=docs)
         note = (
@@ -106,6 +108,7 @@ def serve(
         bool,
         typer.Option("--docs", help="Serve /docs (Swagger UI; its script and style load from a CDN)."),
     ] = False,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Serve the agents of a database over HTTP: REST, resumable event streams and the run viewer (/ui)."""
     if tokens is None and not _loopback(host):
@@ -114,4 +117,4 @@ def serve(
             "loopback only (127.0.0.1, ::1, localhost)",
             2,
         )
-    execute(lambda: _serve(db, definitions, host, port, tokens, list(allow_model or ()), docs))
+    execute(lambda: _serve(db, definitions, host, port, tokens, list(allow_model or ()), docs, retry_for))

@@ -18,6 +18,7 @@ import stead
 from stead.agent import check_message
 from stead.cli._common import fail, url
 from stead.cli._models import check_model
+from stead.cli._options import retry_policy
 from stead.definitions import Registry, load_definition, load_registry
 from stead.errors import InvalidInput, SteadError
 from stead.orchestration import orchestrator_of
@@ -119,8 +120,10 @@ async def open_owner(
     model: str | None,
     hooks: list[stead.Hooks],
     max_payload_bytes: int,
+    retry_for: float | None = None,
 ) -> stead.AgentSystem:
-    """Open the store as its owner with the source's definitions (their tools and scripted models)."""
+    """Open the store as its owner with the source's definitions (their tools and scripted models);
+    `retry_for` is `--retry-for` (model requests retried for that many seconds)."""
     if model is not None:
         check_model(model)  # one line naming what to set, before anything is written
     restore: bool | list[str] = True if source.team else ([agent_id] if agent_id is not None else False)
@@ -130,6 +133,7 @@ async def open_owner(
         hooks=hooks,
         restore=restore,
         max_payload_bytes=max_payload_bytes,
+        retry=retry_policy(retry_for),
     )
     if model is not None:
         orchestrator_of(system).model_override = model

@@ -9,6 +9,7 @@ is not lost: the next `stead talk` of the same agent (same `--db`) speaks its re
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ from rich.text import Text as RichText
 
 import stead
 from stead.cli._common import DEFAULT_DB, DbOption, err, execute, fail, url
+from stead.cli._options import RetryForOption, retry_policy
+from stead.cli._printer import erase_sequence, is_terminal
 from stead.definitions import load_definition, load_registry
 from stead.errors import SteadError
 
@@ -29,14 +32,21 @@ __all__ = ["talk"]
 
 
 async def _talk(
-    name: str, own: Path, team: Path, session_id: str | None, model: str | None, wait: float, db: str
+    name: str,
+    own: Path,
+    team: Path,
+    session_id: str | None,
+    model: str | None,
+    wait: float,
+    db: str,
+    retry_for: float | None = None,
 ) -> None:
     from stead.realtime import RealtimePlugin
 
     console = err()
     registry = load_registry(team)
     plugin = RealtimePlugin(None if own == team else own)
-    system = await stead.open(url(db), definitions=registry, plugins=[plugin])
+    system = await stead.open(url(db), definitions=registry, plugins=[plugin], retry=retry_policy(retry_for))
     try:
         session = cast(
             "RealtimeSession",
@@ -86,19 +96,27 @@ async def _until(done: Callable[[], bool], seconds: float) -> None:
 
 
 async def _print(session: RealtimeSession) -> None:
+    """The session's events: the agent's words on stdout — streamed on a terminal, where a turn left
+    unfinished (another one started) is erased; to a pipe or a file only whole turns (S5) — the rest on
+    stderr."""
     console = err()
-    streamed = False
+    out = sys.stdout
+    tty = is_terminal(out)
+    shown, item = "", None  # a terminal: the unfinished turn on the screen, and its item
     async for ev in session.events():
         if ev.type == "transcript" and ev.role == "assistant":
+            text = ev.text or ""
+            if shown and ev.item_id != item:
+                out.write(erase_sequence(shown, shutil.get_terminal_size().columns))
+                shown, item = "", None
             if not ev.final:
-                sys.stdout.write(ev.text or "")
-                streamed = True
+                if tty:
+                    out.write(text)
+                    shown, item = shown + text, ev.item_id
             else:
-                if not streamed:
-                    sys.stdout.write(ev.text or "")
-                sys.stdout.write("\n")
-                streamed = False
-            sys.stdout.flush()
+                out.write("\n" if shown else text + "\n")
+                shown, item = "", None
+            out.flush()
         elif (
             ev.type == "transcript"
             and ev.role == "user"
@@ -149,6 +167,7 @@ def talk(
         ),
     ] = 60.0,
     db: DbOption = DEFAULT_DB,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Talk with a realtime co-agent: each line is your turn; its answers stream to stdout, the work it
     hands to durable agents shows on stderr. A hand-off outlives the session: the next `stead talk` of the
@@ -165,4 +184,4 @@ def talk(
     except SteadError as e:
         fail(str(e))
     team = definitions.resolve() if definitions is not None else own
-    execute(lambda: _talk(name, own, team, session, model, wait, db))
+    execute(lambda: _talk(name, own, team, session, model, wait, db, retry_for))

@@ -21,6 +21,7 @@ import typer
 
 import stead
 from stead.cli._common import fail
+from stead.cli._options import RetryForOption, retry_policy
 from stead.core.fleet import FleetConfig
 
 __all__ = ["worker"]
@@ -31,8 +32,8 @@ def _line(text: str) -> None:
     sys.stderr.flush()
 
 
-async def _run(db: str, definitions: Path | None, config: FleetConfig) -> int:
-    system = await stead.open(db, definitions=definitions, fleet=config)
+async def _run(db: str, definitions: Path | None, config: FleetConfig, retry_for: float | None = None) -> int:
+    system = await stead.open(db, definitions=definitions, fleet=config, retry=retry_policy(retry_for))
     fleet = system.fleet
     if fleet is None:  # pragma: no cover - guarded by the URL check
         await system.close()
@@ -115,6 +116,7 @@ def worker(
     no_listen: Annotated[
         bool, typer.Option("--no-listen", help="Poll only, no LISTEN (PgBouncer transaction pooling).")
     ] = False,
+    retry_for: RetryForOption = None,
 ) -> None:
     """Run agents of a PostgreSQL database as one worker of a fleet, until SIGTERM/Ctrl-C (drains)."""
     if not db.startswith(("postgresql://", "postgres://")):
@@ -132,5 +134,5 @@ def worker(
         fail(str(e), 2)
     from stead.cli._common import execute
 
-    code = execute(lambda: _run(db, definitions, config))
+    code = execute(lambda: _run(db, definitions, config, retry_for))
     raise typer.Exit(code)

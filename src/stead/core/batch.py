@@ -91,7 +91,7 @@ async def dispatch(st: AgentState, turn: Turn, reason: str) -> tuple[Batch, dict
     gates: dict[str, Gate] = {}
     async with st.env.store.transaction() as tx:
         consumed = await write_consumption(st, tx, turn)
-        recs = block_records(turn, blocks, turn.usage)
+        recs = block_records(turn, blocks, turn.usage, reason)
         await tx.append(st.id, [dumps(r) for r in recs])
         pending = turn.pending.but(stage="tools", turn_id=turn.inference_id, inference_id=turn.inference_id)
         if hooks.wants("gate_call_tx"):

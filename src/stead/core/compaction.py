@@ -55,6 +55,7 @@ __all__ = [
     "compaction_stage",
     "context_tokens",
     "due",
+    "output_cap",
     "reject_waiters",
     "request",
 ]
@@ -69,6 +70,12 @@ STUB_CHARS = 500
 OVERFLOW_KEY = "kv.r.stead.overflow"
 """Run KV: the overflow recovery of this run was used (once per run; cleared at settlement)."""
 DEFAULT_SUMMARIZER_WINDOW = 32_000
+DEFAULT_MAX_OUTPUT = 4_096
+"""The output cap of a turn when neither the agent nor the catalog gives one (a model the catalog does not
+list, a registered provider's own model name)."""
+MIN_OUTPUT = 256
+"""The least room left for an answer by the window bound (`output_cap`): the request's size is an estimate
+(about ±20 %), and a request that does not fit is refused by the server anyway (overflow recovery)."""
 
 SUMMARY_INSTRUCTIONS = (
     "You maintain the running summary of a conversation between a user and an AI agent that uses tools. "
@@ -109,6 +116,21 @@ def window_of(st: AgentState, settings: dict[str, Any]) -> int | None:
         if known is not None:
             return known
     return st.learned_window
+
+
+def output_cap(st: AgentState, settings: dict[str, Any], size: int) -> int:
+    """MR1: the output cap of a turn's request of about `size` tokens: the agent's `max_output_tokens`,
+    else the catalog's output limit for the model `settings` name, else `DEFAULT_MAX_OUTPUT` — and never
+    more than the window minus the request (at least `MIN_OUTPUT`, or the agent's own smaller cap)."""
+    cap = st.config.context.max_output_tokens
+    if cap is None and st.env.output_limit is not None:
+        cap = st.env.output_limit(settings)
+    if cap is None:
+        cap = DEFAULT_MAX_OUTPUT
+    w = window_of(st, settings)
+    if w is not None:
+        cap = min(cap, max(w - size, MIN_OUTPUT))
+    return max(cap, 1)
 
 
 async def write_state(st: AgentState, tx: Any, failures: int, window: int | None) -> None:
@@ -398,22 +420,30 @@ async def _one_summary(
     chunk: list[str],
     words: int,
     prompts: list[ResponseInfo],
+    limit: tuple[int, int],
 ) -> str:
+    """One summary request. `limit` is (the summary's cap, the summarizer's window): the request carries
+    the cap, never more than the window minus the request (MR1)."""
     body = (
         f"Previous summary:\n{previous or '(none yet)'}\n\nMessages to add to the summary:\n"
         + "\n".join(chunk)
         + "\n\nWrite the updated summary."
     )
+    instructions = SUMMARY_INSTRUCTIONS.format(words=words)
+    cap, window = limit
+    size = estimate_text(instructions) + estimate_text(body)
     request = ProviderRequest(
         model=str(settings.get("model")),
-        instructions=SUMMARY_INSTRUCTIONS.format(words=words),
+        instructions=instructions,
         messages=[Message("user", [Text(body)])],
         tools=[],
         agent_id=st.id,
         inference_id=new_id(),
         purpose="compaction",
+        max_output_tokens=max(min(cap, window - size), min(cap, 64)),
     )
     attempt = 0
+    since = time.monotonic()
     while True:
         if st.draining:
             raise _Stopped
@@ -437,9 +467,14 @@ async def _one_summary(
                     if isinstance(block, Text):
                         texts.append(block.text)
         except ProviderError as e:
-            if e.retryable and attempt + 1 < st.env.retry.max_attempts:
+            delay = (
+                st.env.retry.next_delay(attempt + 1, time.monotonic() - since, e.retry_after)
+                if e.retryable
+                else None
+            )
+            if delay is not None:
                 attempt += 1
-                await asyncio.sleep(st.env.retry.delay(attempt, e.retry_after))
+                await asyncio.sleep(delay)
                 continue
             reason, error = "error", str(e)
         text = repair_text("".join(texts).strip())  # S5: the summary is stored
@@ -491,6 +526,11 @@ async def summarize(st: AgentState, prep: Prepared, prompts: list[ResponseInfo])
     window = window_of(st, settings) if st.config.context.compaction_model else prep.budget.window
     window = window or DEFAULT_SUMMARIZER_WINDOW
     out_tokens = prep.budget.summary_tokens
+    # the summary's cap: its budget plus the half that `_clip` tolerates (tokens past that are cut anyway),
+    # within the summarizer's own output limit when the catalog knows it
+    cap = out_tokens * 3 // 2
+    known = st.env.output_limit(settings) if st.env.output_limit is not None else None
+    limit = (min(cap, known) if known else cap, window)
     room = max(window - out_tokens - estimate_text(SUMMARY_INSTRUCTIONS) - 64, 256)
     lines = _render(prep.evicted, {}, max(room // 2, 128) * 3)
     words = max(int(out_tokens * 0.7), 40)
@@ -501,14 +541,14 @@ async def summarize(st: AgentState, prep: Prepared, prompts: list[ResponseInfo])
         size = estimate_text(line) + 1
         if chunk and used + size > room:
             summary = _clip(
-                await _one_summary(st, provider, settings, summary, chunk, words, prompts), out_tokens
+                await _one_summary(st, provider, settings, summary, chunk, words, prompts, limit), out_tokens
             )
             chunk, used = [], estimate_text(summary)
         chunk.append(line)
         used += size
     if chunk or summary is None:
         summary = _clip(
-            await _one_summary(st, provider, settings, summary, chunk, words, prompts), out_tokens
+            await _one_summary(st, provider, settings, summary, chunk, words, prompts, limit), out_tokens
         )
     return summary
 

@@ -30,7 +30,9 @@ class ContextPolicy:
     the agent's own model). `expire_tool_results_after_turns` = N replaces tool results older than N
     responses by a stub in the provider context (the model can expand one again with the built-in
     `recall_tool_result(call_id)` tool). `auto=False` turns the automatic trigger off (`agent.compact()` and
-    overflow recovery still work)."""
+    overflow recovery still work). `max_output_tokens` caps each of the agent's own responses (default: the
+    catalog's output limit for its model); every request is also capped at the window minus its own
+    estimated size (docs/context.md, "Output caps")."""
 
     window: int | None = None
     reserve: int | None = None
@@ -38,6 +40,7 @@ class ContextPolicy:
     compaction_model: dict[str, Any] | None = None
     expire_tool_results_after_turns: int | None = None
     auto: bool = True
+    max_output_tokens: int | None = None
 
     @staticmethod
     def decode(raw: Any) -> ContextPolicy:
@@ -80,17 +83,38 @@ class AgentConfig:
 
 @dataclass
 class RetryPolicy:
-    """Bounded exponential backoff with full jitter for retryable provider and store errors."""
+    """Bounded exponential backoff with full jitter for retryable provider errors.
+
+    A streak of failures of one request is retried `max_attempts` times in all (the first try included) —
+    or, with `max_elapsed` set, for that many seconds since the streak's first failure, however many
+    attempts that takes (`max_attempts` then does not limit): the delays grow the same way, the last one is
+    shortened so that a last attempt lands at the deadline, and once it has passed the turn fails as it
+    would after the last attempt. A complete response ends the streak."""
 
     max_attempts: int = 5
     base_delay: float = 0.5
     max_delay: float = 30.0
+    max_elapsed: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_elapsed is not None and not self.max_elapsed >= 0:
+            raise ValueError(f"RetryPolicy max_elapsed must be seconds >= 0, not {self.max_elapsed!r}")
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_delay)
-        cap = min(self.max_delay, self.base_delay * (2 ** max(attempt - 1, 0)))
+        cap = min(self.max_delay, self.base_delay * (2 ** min(max(attempt - 1, 0), 60)))  # no float overflow
         return random.uniform(cap / 2, cap)
+
+    def next_delay(self, attempt: int, elapsed: float, retry_after: float | None = None) -> float | None:
+        """The seconds to wait before retry number `attempt` (1 for the first retry) of a streak whose first
+        failure was `elapsed` seconds ago; None when the budget is spent (the request fails)."""
+        if self.max_elapsed is None:
+            return self.delay(attempt, retry_after) if attempt < self.max_attempts else None
+        remaining = self.max_elapsed - elapsed
+        if remaining <= 0:
+            return None
+        return min(self.delay(attempt, retry_after), remaining)
 
 
 def default_compatible(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -113,6 +137,8 @@ class Env:
     resolve_provider: Callable[[dict[str, Any]], Provider | None] | None = None
     context_window: Callable[[dict[str, Any]], int | None] | None = None
     """The window of the model some settings name (the catalog's `context_window`), or None if unknown."""
+    output_limit: Callable[[dict[str, Any]], int | None] | None = None
+    """The output limit of the model some settings name (the catalog's `max_output`), or None if unknown."""
     lease_lost: Callable[[str], None] | None = None
     """Called with the agent id when a transaction of its loop raised `LeaseLost` (`stead.core.fleet`)."""
     remote_abort: Callable[[str], Awaitable[None]] | None = None

@@ -6,12 +6,16 @@ The request's context is the committed conversation plus the staged input (R4: a
 builds the same context from the store). Deltas go to observers live; completed blocks are held and
 committed at the next block boundary (S1). A retryable provider error or a stream that ends without a
 terminal event keeps the completed blocks, drops the half-streamed one (`block_reset`, S3) and raises
-`Retry` for the loop to sleep and run the stage again; the retry budget resets only on a complete response.
+`Retry` for the loop to sleep and run the stage again; the retry budget (attempts, or seconds with
+`RetryPolicy.max_elapsed`) resets only on a complete response. Every request carries an output cap
+(`ProviderRequest.max_output_tokens`, MR1): the agent's `max_output_tokens`, else the catalog's output limit
+for its model, never more than the window minus the request's estimated size.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 from stead._ids import new_id
 from stead.core import records as R
 from stead.core.batch import dispatch, run_batch
-from stead.core.compaction import OVERFLOW_KEY, context_tokens, write_state
+from stead.core.compaction import OVERFLOW_KEY, context_tokens, output_cap, write_state
 from stead.core.consume import apply_settings
 from stead.core.events import BlockReset
 from stead.core.expire import expire
@@ -40,7 +44,7 @@ from stead.providers.base import (
     UsageEvent,
 )
 
-__all__ = ["Retry", "find_provider", "inference", "owes_fresh_inference"]
+__all__ = ["Retry", "find_provider", "inference", "owes_fresh_inference", "retry_delay"]
 
 log = logging.getLogger("stead.core")
 
@@ -107,12 +111,12 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
             # K1 overflow recovery: nothing of this response was kept, so this is still the boundary before
             # it; compact aggressively (once per run) and retry under a fresh inference id
             return await _overflow(st, turn, e, None if isinstance(limit, bool) else limit)
-        if e.retryable and st.attempt + 1 < st.env.retry.max_attempts:
-            st.attempt += 1
+        delay = retry_delay(st, e.retry_after) if e.retryable else None
+        if delay is not None:
             await commit_partial(st, turn)
             if turn.partial and st.listening:
                 st.emit(BlockReset())  # S3: the half-streamed block observers saw is dropped
-            raise Retry(st.env.retry.delay(st.attempt, e.retry_after)) from e
+            raise Retry(delay) from e
         if turn.partial and st.listening:
             st.emit(BlockReset())
         return await fail(st, turn, str(e))
@@ -126,9 +130,9 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         await commit_partial(st, turn)
         if turn.partial and st.listening:
             st.emit(BlockReset())
-        if st.attempt + 1 < st.env.retry.max_attempts:
-            st.attempt += 1
-            raise Retry(st.env.retry.delay(st.attempt))
+        delay = retry_delay(st)
+        if delay is not None:
+            raise Retry(delay)
         return await fail(st, turn, "the model's response ended before it was complete")
     st.attempt = 0  # only a complete response resets the retry budget
     if reason in ("error", "cancelled"):
@@ -138,16 +142,31 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
     return await _finish(st, turn, reason)
 
 
+def retry_delay(st: AgentState, retry_after: float | None = None) -> float | None:
+    """The delay before the next attempt of a failed request (counted in `st.attempt`), or None when the
+    retry policy's budget — attempts, or seconds since the streak's first failure — is spent (MR3)."""
+    now = time.monotonic()
+    if st.attempt == 0:
+        st.retry_since = now
+    delay = st.env.retry.next_delay(st.attempt + 1, now - st.retry_since, retry_after)
+    if delay is not None:
+        st.attempt += 1
+    return delay
+
+
+def _request_size(st: AgentState, turn: Turn, request: ProviderRequest) -> int:
+    """The estimated size of a request: the previous measurement plus what was appended since
+    (`context_tokens`), or — first request, or a reset conversation — the whole request."""
+    if st.records and not turn.reset:
+        return context_tokens(st, turn.pending, turn.take)
+    size = estimate_text(request.instructions) + estimate_tools(request.tools)
+    return size + estimate_messages(request.messages)
+
+
 def _estimated_usage(st: AgentState, turn: Turn, request: ProviderRequest) -> Usage:
-    """The server reported no usage: estimate it (flagged `estimated`), never record 0. The input is the
-    previous measurement plus what was appended since (`context_tokens`), or the whole request."""
+    """The server reported no usage: estimate it (flagged `estimated`), never record 0."""
     out = sum(estimate_record({"k": "b", "b": encode_block(b)}) for b in turn.held)
-    if st.records:
-        inp = context_tokens(st, turn.pending, turn.take)
-    else:
-        inp = estimate_text(request.instructions) + estimate_tools(request.tools)
-        inp += estimate_messages(request.messages)
-    return Usage(inp, out, 0, None, True)
+    return Usage(_request_size(st, turn, request), out, 0, None, True)
 
 
 async def _overflow(st: AgentState, turn: Turn, error: ProviderError, window: int | None) -> bool:
@@ -257,7 +276,7 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions:
     if context is not None and context.text:
         # one system message right after the instructions, in every request of the run (R4)
         history = [Message("system", [Text(context.text)]), *history]
-    return ProviderRequest(
+    request = ProviderRequest(
         model=str(settings.get("model", st.config.model)),
         instructions=instructions,
         messages=history + staged if staged else list(history),
@@ -266,6 +285,9 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions:
         inference_id=turn.inference_id,
         effort=settings.get("effort"),
     )
+    # MR1: every request carries an output cap (the agent's, else the model's limit; within the window)
+    cap = output_cap(st, settings, _request_size(st, turn, request))
+    return dataclasses.replace(request, max_output_tokens=cap)
 
 
 async def _stream(

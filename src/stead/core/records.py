@@ -17,7 +17,7 @@ Keys (per agent, sorted):
 History records (JSON, append-only):
     {"k":"u","id":..,"r":"user"|"system","c":[blocks],"m":metadata,"run":run id[,"us":user,"tn":tenant]}
                                                                         consumed input
-    {"k":"b","i":inference id,"b":block[,"u":usage]}                    one completed assistant block
+    {"k":"b","i":inference id,"b":block[,"u":usage][,"f":"length"]}     one completed assistant block
     {"k":"t","b":tool result block}                                     one tool result
     {"k":"s","x":text}                                                  a system note (e.g. a failed turn)
     {"k":"e","run":run id,"o":outcome[,"x":error][,"p":payload]}        the end of a run (settlement)
@@ -234,16 +234,23 @@ class MessageBuilder:
     `build_messages` gives for the whole list, so the runtime's mirror can extend the conversation as
     records commit instead of rebuilding it for every inference."""
 
-    __slots__ = ("_blocks", "_inf", "_out", "_results", "_usage")
+    __slots__ = ("_blocks", "_cut", "_inf", "_out", "_results", "_usage")
 
     def __init__(self, records: list[dict[str, Any]] | None = None) -> None:
         self._out: list[Message] = []
         self._blocks: list[Block] = []
         self._inf: str | None = None
         self._usage: Usage | None = None
+        self._cut = False
         self._results: list[Block] = []
         for rec in records or ():
             self.add(rec)
+
+    def _assistant(self, blocks: list[Block]) -> Message:
+        """An assistant message; one whose response was cut by its output cap says so in its metadata
+        (`{"finish_reason": "length"}`, MR2)."""
+        meta = {"finish_reason": "length"} if self._cut else None
+        return Message("assistant", blocks, usage=self._usage, metadata=meta)
 
     def add(self, rec: dict[str, Any]) -> None:
         kind = rec["k"]
@@ -254,10 +261,12 @@ class MessageBuilder:
             self._blocks.append(decode_block(rec["b"]))
             if "u" in rec:
                 self._usage = decode_usage(rec["u"])
+            if "f" in rec:
+                self._cut = rec["f"] == "length"
         elif kind == "t":
             if self._blocks:
-                self._out.append(Message("assistant", self._blocks, usage=self._usage))
-                self._blocks, self._inf, self._usage = [], None, None
+                self._out.append(self._assistant(self._blocks))
+                self._blocks, self._inf, self._usage, self._cut = [], None, None, False
             self._results.append(decode_block(rec["b"]))
         elif kind == "e":
             return  # the end of a run: not part of the conversation
@@ -282,16 +291,17 @@ class MessageBuilder:
 
     def _flush(self) -> None:
         if self._blocks:
-            self._out.append(Message("assistant", self._blocks, usage=self._usage))
+            self._out.append(self._assistant(self._blocks))
         if self._results:
             self._out.append(Message("tool", self._results))
         self._blocks, self._inf, self._usage, self._results = [], None, None, []
+        self._cut = False
 
     def messages(self) -> list[Message]:
         """The conversation so far (a new list; the builder keeps going)."""
         out = list(self._out)
         if self._blocks:
-            out.append(Message("assistant", list(self._blocks), usage=self._usage))
+            out.append(self._assistant(list(self._blocks)))
         if self._results:
             out.append(Message("tool", list(self._results)))
         return out

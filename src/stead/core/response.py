@@ -63,12 +63,17 @@ def repaired(st: AgentState, block: B, what: str) -> B:
     return cast(B, fixed)
 
 
-def block_records(turn: Turn, blocks: list[Block], usage: Usage | None) -> list[dict[str, Any]]:
-    """History records of a response's completed blocks; the usage rides on the last one (S4)."""
+def block_records(
+    turn: Turn, blocks: list[Block], usage: Usage | None, reason: str | None = None
+) -> list[dict[str, Any]]:
+    """History records of a response's completed blocks; the usage rides on the last one (S4), and so does
+    `"f": "length"` for a response cut by its output cap (MR2; the history shows it)."""
     inf = turn.inference_id
     recs: list[dict[str, Any]] = [{"k": "b", "i": inf, "b": encode_block(b)} for b in blocks]
     if recs and usage is not None:
         recs[-1]["u"] = encode_usage(usage)
+    if recs and reason == "length":
+        recs[-1]["f"] = reason
     return recs
 
 
@@ -171,7 +176,7 @@ async def commit_end(
         consumed = await write_consumption(st, tx, turn)
         # S4: a failed or cut-off response keeps the previous usage measurement
         usage = turn.usage if reason not in ("error", "cancelled") else None
-        recs = block_records(turn, blocks, usage)
+        recs = block_records(turn, blocks, usage, reason)
         recs += [R.result_record(r) for r in results]
         if note is not None:
             recs.append({"k": "s", "x": note})

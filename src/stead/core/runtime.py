@@ -24,6 +24,7 @@ consumption transaction (`stead.core.decide`). An agent whose only running calls
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
@@ -76,6 +77,7 @@ class AgentRuntime(AgentState):
         self._loop_task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self._drained = asyncio.Event()  # set by drain(): a retry delay in progress ends early (X4)
         self._accepting = 0
         self.loop_runs = 0
         """How many times the loop's body has started; each start reads the store afresh, so a wake-up
@@ -111,6 +113,7 @@ class AgentRuntime(AgentState):
         self._forget()
         self.owned = True
         self.draining = False
+        self._drained.clear()
         self.blocked = None
         if pending is not None:
             self.restore(pending)
@@ -251,7 +254,10 @@ class AgentRuntime(AgentState):
                         more = await self._stage()
                         self._poison = None
                     except Retry as r:
-                        await asyncio.sleep(r.delay)
+                        # a drain ends the wait: the stage then stops before the next provider request (X4)
+                        if not self.draining:
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(self._drained.wait(), r.delay)
                         continue
                 except asyncio.CancelledError:
                     if not self.aborting:
@@ -535,6 +541,7 @@ class AgentRuntime(AgentState):
     def drain(self) -> None:
         """Stop before the next provider request; durable work stays for the next owner."""
         self.draining = True
+        self._drained.set()
         self._set_idle()
 
     async def wait_stopped(self) -> None:

@@ -76,6 +76,7 @@ class AgentState(Mirror):
         self.draining = False
         self.closed = False
         self.attempt = 0
+        self.retry_since = 0.0  # time.monotonic() of the current retry streak's first failure
         self.last_error: str | None = None
         self.blocked: str | None = None
         # tool execution state of this process incarnation (see stead.core.batch)

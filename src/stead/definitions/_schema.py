@@ -122,6 +122,9 @@ class ContextSection(BaseModel):
     """Tool results older than this many responses become stubs (`recall_tool_result` expands them)."""
     max_tool_result_chars: int | None = Field(default=None, ge=1)
     """Tool results longer than this are cut when they enter the conversation."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """The cap of each of the agent's responses (default: the catalog's output limit for its model; never
+    more than the window minus the request)."""
 
     @pydantic.model_validator(mode="after")
     def _reserve_fits(self) -> ContextSection:

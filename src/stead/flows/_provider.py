@@ -166,6 +166,7 @@ class FlowProvider:
             agent_id=request.agent_id,
             inference_id=request.inference_id,
             effort=request.effort,
+            max_output_tokens=request.max_output_tokens,  # the flow agent's cap (MR1)
         )
         text: list[str] = []
         usage: Usage | None = None

@@ -82,7 +82,11 @@ class AnthropicProvider:
     """A `Provider` for the Anthropic Messages API.
 
     - `api_key`: defaults to `ANTHROPIC_API_KEY`.
-    - `max_tokens`: the answer's token limit (with thinking, the thinking budget is added to it).
+    - `max_tokens`: the most output tokens of one response. The request's cap
+      (`ProviderRequest.max_output_tokens`, MR1) is sent, never more than this when it is given; a request
+      without a cap gets this (default 4096). With a thinking budget the cap covers thinking and answer
+      (the budget is lowered to leave at least 1024 tokens of answer); without a cap the budget is added
+      on top, as before.
     - `cache`: mark prompt-cache breakpoints on the system prompt (or last tool) and the newest block.
     - `model`, `prices`, `client`, `timeout`: as for `OpenAIProvider`.
     - `ProviderRequest.effort` turns on extended thinking: on current models adaptive thinking with
@@ -99,7 +103,7 @@ class AnthropicProvider:
         api_key: str | None = None,
         base_url: str | None = None,
         client: anthropic.AsyncAnthropic | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int | None = None,
         name: str = "anthropic",
         timeout: float | None = 600.0,
         model: str | None = None,
@@ -141,7 +145,8 @@ class AnthropicProvider:
     def _body(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
         """The SDK arguments, and the fields sent through `extra_body` (newer API fields and options)."""
         model = self.model or wire_model(request.model)
-        max_tokens = self.max_tokens
+        capped = request.max_output_tokens is not None
+        max_tokens = _cap(request.max_output_tokens, self.max_tokens)
         body: dict[str, Any] = {
             "model": model,
             "messages": to_anthropic_messages(request.messages, cache=self.cache),
@@ -159,8 +164,13 @@ class AnthropicProvider:
             body["tools"] = to_anthropic_tools(request.tools, cache=self.cache and not request.instructions)
         thinking = _thinking(request.effort, model)
         if isinstance(thinking, int):
+            if capped:
+                # the cap bounds thinking and answer together: the budget leaves room for an answer
+                thinking = max(min(thinking, max_tokens - _MIN_ANSWER), _MIN_BUDGET)
+                max_tokens = max(max_tokens, thinking + _MIN_ANSWER)
+            else:
+                max_tokens += thinking
             extra["thinking"] = {"type": "enabled", "budget_tokens": thinking}
-            max_tokens += thinking
         elif thinking is not None:
             extra["thinking"] = {"type": "adaptive"}
             extra["output_config"] = {"effort": thinking}
@@ -199,6 +209,20 @@ class AnthropicProvider:
             raise _errors.stream_ended(self.name)
         for event in state.end():
             yield event
+
+
+_DEFAULT_MAX_TOKENS = 4096
+_MIN_BUDGET = 1024
+"""Anthropic's least thinking budget."""
+_MIN_ANSWER = 1024
+"""Tokens left for the answer when a capped request thinks with a budget."""
+
+
+def _cap(requested: int | None, ceiling: int | None) -> int:
+    """`max_tokens`: the request's cap, at most the provider's `max_tokens`; either alone; else 4096."""
+    if requested is None:
+        return ceiling if ceiling is not None else _DEFAULT_MAX_TOKENS
+    return min(requested, ceiling) if ceiling is not None else requested
 
 
 def _thinking(effort: str | None, model: str) -> int | str | None:

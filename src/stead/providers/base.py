@@ -46,7 +46,13 @@ class ProviderRequest:
 
     `purpose` says what the request is for: `"turn"` (the agent's own inference) or `"compaction"` (a
     summary of evicted history written for context compaction, K1: no tools, its text becomes the summary
-    record). Providers, scripted models and run records can tell them apart."""
+    record). Providers, scripted models and run records can tell them apart.
+
+    `max_output_tokens` is the output cap the kernel computed for this request (MR1, docs/context.md): the
+    agent's cap or the model's output limit for a turn, the summary budget for a compaction, never more
+    than the window minus the request. Drivers send it as their vendor expects (OpenAI
+    `max_completion_tokens`, OpenAI-compatible servers `max_tokens`, Anthropic `max_tokens`); None (a
+    request built by hand) leaves the vendor's or the driver's default."""
 
     model: str
     instructions: str
@@ -57,6 +63,7 @@ class ProviderRequest:
     effort: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     purpose: Purpose = "turn"
+    max_output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

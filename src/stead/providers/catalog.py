@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 _VENDOR_FIELDS = frozenset({"driver", "priority", "key_env", "key_required", "base_url"})
-_MODEL_FIELDS = frozenset({"vendor", "power", "context", "prices", "realtime"})
+_MODEL_FIELDS = frozenset({"vendor", "power", "context", "max_output", "prices", "realtime"})
 _PRICE_FIELDS = frozenset({"input", "output", "cached_input"})
 
 
@@ -77,6 +77,8 @@ class ModelInfo:
     context_window: int | None = None
     prices: Prices | None = None
     realtime: bool = False
+    max_output: int | None = None
+    """The most output tokens one response may have (the vendor's limit); the default output cap (MR1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class Route:
     prices: Prices | None = None
     context_window: int | None = None
     power: int | None = None
+    max_output: int | None = None
 
     def __str__(self) -> str:
         at = f"@{self.base_url}" if self.driver == "openai-compatible" and self.base_url else ""
@@ -211,6 +214,7 @@ def _build(data: dict[str, Any], source: str) -> Catalog:
                 cached_input=None if cached is None else _number(cached, f"{where}.prices.cached_input"),
             )
         context = entry.get("context")
+        max_output = entry.get("max_output")
         models[str(name)] = ModelInfo(
             name=str(name),
             vendor=str(vendor),
@@ -218,7 +222,10 @@ def _build(data: dict[str, Any], source: str) -> Catalog:
             context_window=None if context is None else int(_number(context, f"{where}.context")),
             prices=prices,
             realtime=bool(entry.get("realtime", False)),
+            max_output=None if max_output is None else int(_number(max_output, f"{where}.max_output")),
         )
+        if max_output is not None and (models[str(name)].max_output or 0) < 1:
+            raise ConfigurationError(f"{where}.max_output must be at least 1, not {max_output!r}")
     return Catalog(vendors=vendors, models=models)
 
 
@@ -308,6 +315,7 @@ def parse_model(spec: str, catalog: Catalog | None = None) -> Route:
         prices=info.prices if info is not None else None,
         context_window=info.context_window if info is not None else None,
         power=info.power if info is not None else None,
+        max_output=info.max_output if info is not None else None,
     )
 
 

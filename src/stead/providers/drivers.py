@@ -99,6 +99,8 @@ class Driver:
         if missing is not None:
             raise ConfigurationError(missing)
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        if self.kind == "openai":
+            extra["max_tokens_field"] = "max_completion_tokens"  # OpenAI's API, also behind an @URL proxy
         cls = self.load()
         provider: Provider = cls(
             api_key=api_key or None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import openai
 
@@ -61,7 +61,11 @@ class OpenAIProvider:
     - `prices`: when set, `Usage.cost` is filled in.
     - `client`: an `openai.AsyncOpenAI` to use as is (its retry settings are then yours).
     - `ProviderRequest.effort` becomes `reasoning_effort`; `ProviderRequest.options` are merged into the
-      request body (e.g. `{"temperature": 0.2, "max_completion_tokens": 1000}`).
+      request body (e.g. `{"temperature": 0.2}`).
+    - `ProviderRequest.max_output_tokens` (the kernel's output cap, MR1) is sent as `max_tokens_field`:
+      `max_completion_tokens` for OpenAI itself (its reasoning models refuse `max_tokens`), `max_tokens`
+      for a server at a `base_url` (llama.cpp, Ollama, vLLM and LM Studio all read it). The default follows
+      `base_url`; the catalog's `openai` vendor always uses `max_completion_tokens`.
     """
 
     def __init__(
@@ -75,11 +79,15 @@ class OpenAIProvider:
         model: str | None = None,
         prices: Prices | None = None,
         key_env: str | None = None,
+        max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None,
     ) -> None:
         self.name = name
         self.model = model
         self.prices = prices
         self.base_url = base_url
+        self.max_tokens_field = max_tokens_field or (
+            "max_completion_tokens" if base_url is None else "max_tokens"
+        )
         self._key_env = key_env if key_env is not None else ("OPENAI_API_KEY" if base_url is None else None)
         if client is None:
             if api_key is None:
@@ -120,6 +128,8 @@ class OpenAIProvider:
             body["tools"] = to_openai_tools(request.tools)
         if request.effort is not None:
             extra["reasoning_effort"] = request.effort
+        if request.max_output_tokens is not None:
+            body[self.max_tokens_field] = request.max_output_tokens
         extra.update(request.options)
         return body, extra
 

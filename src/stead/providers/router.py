@@ -44,6 +44,7 @@ from stead.providers.catalog import (
     compatible,
     load_catalog,
     make_provider,
+    model_name,
     parse_model,
     resolve,
     unusable,
@@ -413,6 +414,18 @@ class ModelRouter:
             return None
         route = self._route(settings.get("model"))
         return route.context_window if route is not None else None
+
+    def output_limit(self, settings: Mapping[str, Any]) -> int | None:
+        """The output limit (`max_output`) of the model `settings` name, when the catalog knows it: a
+        catalog route, or a registered provider's model that the catalog lists by name (None otherwise)."""
+        model = settings.get("model")
+        if settings.get("provider") == CATALOG:
+            route = self._route(model)
+            return route.max_output if route is not None else None
+        if not isinstance(model, str):
+            return None
+        info = self.catalog.models.get(model_name(model, self.catalog))
+        return info.max_output if info is not None else None
 
     def _route(self, model: Any) -> Route | None:
         if model is None or (not isinstance(model, str) and not _is_str_list(model)):
