@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["STEAD", "cli_env", "run_cli", "write_waiting_agent"]
+import stead
+
+__all__ = ["STEAD", "cli_env", "empty_store", "run_cli", "write_waiting_agent"]
 
 STEAD = [sys.executable, "-c", "from stead.cli import main; main()"]
 """The console script, run by this interpreter (the test's venv)."""
@@ -19,6 +22,15 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.pop("STEAD_DB", None)
     env.update(extra)
     return env
+
+
+def empty_store(path: Path) -> None:
+    """Create a stead database at `path` with no agents (write commands never create one)."""
+
+    async def make() -> None:
+        await (await stead.open(f"sqlite:///{path}")).close()
+
+    asyncio.run(make())
 
 
 def run_cli(
