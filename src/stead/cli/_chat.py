@@ -34,8 +34,16 @@ from stead.cli._options import AgentOption, DefinitionArgument, MaxPayloadOption
 from stead.cli._printer import Printer, TeamProgress
 from stead.cli._render import one_line, print_history
 from stead.cli._runs import runs_table
-from stead.cli._signals import SIGTERM_EXIT
-from stead.cli._source import PAYLOAD_HINT, Source, create_or_get, load_source, message_switch, open_owner
+from stead.cli._signals import SIGINT_EXIT, SIGTERM_EXIT
+from stead.cli._source import (
+    PAYLOAD_HINT,
+    Source,
+    check_exists,
+    create_or_get,
+    load_source,
+    message_switch,
+    open_owner,
+)
 from stead.errors import InvalidInput
 
 __all__ = ["chat"]
@@ -114,6 +122,7 @@ class _Chat:
         self.aborted = False
         self.last_ctrl_c = 0.0
         self.terminated = False
+        self.interrupted = False  # left by a double Ctrl-C: exit 130
         self.lines = _Lines()
 
     def note(self, text: str, style: str = "dim") -> None:
@@ -237,6 +246,7 @@ class _Chat:
                 line = await self.lines.read()
             except KeyboardInterrupt:
                 if self.ctrl_c():
+                    self.interrupted = True
                     return
                 continue
             if line is None:
@@ -300,7 +310,9 @@ async def _chat(source: Source, agent_id: str | None, db: str, model: str | None
             await consumer
     printer.newline()
     printer.err.print(RichText(f"agent: {agent.id}", style="dim"))
-    return SIGTERM_EXIT if session is not None and session.terminated else 0
+    if session is not None and session.terminated:
+        return SIGTERM_EXIT
+    return SIGINT_EXIT if session is not None and session.interrupted else 0  # a double Ctrl-C
 
 
 def chat(
@@ -325,6 +337,7 @@ def chat(
     at the next step, and the session says when it does. A line typed while the agent is idle is sent.
     Commands: /abort (stop the current turn), /history, /runs, /exit. Ctrl-C aborts the current turn; a
     second Ctrl-C within 2 seconds exits. Everything is durable: continue later with --agent ID."""
+    check_exists(definition)  # a mistyped path is named as such
     if definition.is_dir():
         if name is None and agent is None:
             fail("AGENT_NAME is required with a definitions directory", 2)
