@@ -1,5 +1,5 @@
 """Issue 25 through the real `stead` command (a subprocess) against the fake model servers on 127.0.0.1:
-stdout holds committed text only (S5) — a block dropped by a retry never reaches a redirected stdout, and a
+stdout holds committed text only (S6) — a block dropped by a retry never reaches a redirected stdout, and a
 Ctrl-C during a streamed answer adds nothing to it; on a terminal a dropped block is erased — a response cut
 by its output cap is shown as such (MR2), and `--retry-for` waits for a server that is down (MR3)."""
 
@@ -35,7 +35,7 @@ def _agent_id(stderr: str) -> str:
     return next(line.split(":", 1)[1].strip() for line in stderr.splitlines() if line.startswith("agent:"))
 
 
-async def test_S5_redirected_stdout_holds_the_answer_once(tmp_path: Path, oai: OpenAIFakeServer) -> None:
+async def test_S6_redirected_stdout_holds_the_answer_once(tmp_path: Path, oai: OpenAIFakeServer) -> None:
     """A stream cut mid-answer, then retried: the file holds the retried answer once, never the dropped
     partial block; stderr says a retry happened."""
     oai.push(
@@ -55,7 +55,7 @@ async def test_S5_redirected_stdout_holds_the_answer_once(tmp_path: Path, oai: O
     assert len(oai.requests) == 2
 
 
-async def test_S5_ctrl_c_during_a_streamed_answer_adds_nothing_to_stdout(
+async def test_S6_ctrl_c_during_a_streamed_answer_adds_nothing_to_stdout(
     tmp_path: Path, ant: AnthropicFakeServer
 ) -> None:
     """Ctrl-C while a text block streams: the drain lets the answer finish, and the redirected stdout holds
@@ -91,7 +91,7 @@ async def test_S5_ctrl_c_during_a_streamed_answer_adds_nothing_to_stdout(
     assert out.read_text() == "first block.\nsecond block, streaming\n"
 
 
-def test_S5_a_dropped_block_is_erased_on_a_terminal() -> None:
+def test_S6_a_dropped_block_is_erased_on_a_terminal() -> None:
     """On a terminal the text streams; a block dropped by a retry is erased (cursor back to its first row,
     cleared to the end of the screen) before the retried answer."""
     screen = io.StringIO()

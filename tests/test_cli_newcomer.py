@@ -212,8 +212,10 @@ def test_database_file_errors_are_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2 and one_error_line(result).startswith("error: --db is empty")
     result = run_cli("agents", "--db", "no/such/dir/x.db", cwd=tmp_path)  # a missing parent directory
     assert one_error_line(result).startswith("error: no/such/dir/x.db: no such database file")
-    result = run_cli(*run_args, "--db", "junk.db/x.db", cwd=tmp_path)  # a parent that cannot be created
-    assert one_error_line(result).startswith("error: cannot create the directory of junk.db/x.db")
+    result = run_cli(*run_args, "--db", "junk.db/x.db", cwd=tmp_path)  # a parent that is a file
+    assert one_error_line(result) == "error: junk.db/x.db: 'junk.db' is not a directory"
+    result = run_cli(*run_args, "--db", "no/such/dir/x.db", cwd=tmp_path)  # run never creates a directory
+    assert one_error_line(result).startswith("error: no/such/dir/x.db: no such directory 'no/such/dir'")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "junk.db"]  # nothing created
 
     damaged = tmp_path / "damaged.db"

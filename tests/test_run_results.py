@@ -19,6 +19,7 @@ from stead._ids import new_id
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests import kill_worker as W
 from tests.conftest import tool_loop
+from tests.fakes import DEFAULT_USAGE
 from tests.test_kill import run_and_kill
 
 TIMEOUT = 10.0
@@ -54,7 +55,10 @@ async def open_loop(url: str, k: int = 2) -> tuple[stead.AgentSystem, ScriptedPr
 
 
 async def test_run_returns_result_of_the_run_that_consumed_the_message(db_url: str) -> None:
-    system, provider = await open_loop(db_url, k=2)
+    loop = tool_loop("add", 2)
+    # each response reports 10 input tokens: the run's usage is the sum over its three responses
+    provider = ScriptedProvider(lambda r: ScriptedResponse(blocks=loop(r), usage=DEFAULT_USAGE))
+    system = await stead.open(db_url, providers={"p": provider}, tools=[add])
     async with system:
         agent = await system.create(provider="p", tools=["add"])
         result = await asyncio.wait_for(agent.run("add things"), TIMEOUT)

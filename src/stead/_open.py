@@ -73,7 +73,8 @@ async def open(
 
     `memory=True` (or a `stead.memory.MemoryConfig`) adds long-term memory (`system.memory`): notes and
     examples injected into agents' runs, searched lexically and semantically, and the guarded `remember`
-    tool for agents whose definition allows writes (docs/memory.md).
+    tool for agents whose definition allows writes (docs/memory.md). A definition with a `memory:` section
+    in `definitions=` turns it on as `memory=True` would.
 
     The result can be awaited (`system = await stead.open(...)`) or used directly as an async context
     manager (`async with stead.open(...) as system:`), as aiosqlite's `connect`.
@@ -128,6 +129,8 @@ async def open(
                 clock=clock,
             )
         )
+        if memory is False and any(d.memory is not None for d in registry.values()):
+            memory = True  # a definition's `memory:` section turns memory on for the system that runs it
     want_policy = approvals if approvals is not None else definitions is not None
     if want_policy and not any(p.name == "policy" for p in plugins):
         from stead.policy import PolicyPlugin

@@ -1,7 +1,9 @@
 """`stead.testing`: deterministic models and fault injection for tests, demos and benchmarks.
 
 - `ScriptedProvider(respond)`: a provider whose responses come from a function (or a list) — no network,
-  the same answer every time; `load_scripted_model(path)` builds one from a scripted model file (YAML).
+  the same answer every time; unless a response sets `usage`, it reports the request's input tokens as
+  stead estimates them (`stead.core.tokens`), so automatic compaction triggers in tests as with a server;
+  `load_scripted_model(path)` builds one from a scripted model file (YAML).
 - `Faults(crash_at=N)` / `Faults(flaky=p)`: make a store die at its N-th operation (as if the process were
   killed there) or fail transiently at random: `stead.open(url, faults=Faults(crash_at=7))`. After an
   injected crash every store operation raises `StoreCrashed`.

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["STEAD", "cli_env", "run_cli", "start_cli", "write_waiting_agent"]
+import stead
+
+__all__ = ["STEAD", "cli_env", "empty_store", "run_cli", "start_cli", "write_waiting_agent"]
 
 STEAD = [sys.executable, "-c", "from stead.cli import main; main()"]
 """The console script, run by this interpreter (the test's venv)."""
@@ -21,6 +23,15 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.pop("STEAD_DB", None)
     env.update(extra)
     return env
+
+
+def empty_store(path: Path) -> None:
+    """Create a stead database at `path` with no agents (write commands never create one)."""
+
+    async def make() -> None:
+        await (await stead.open(f"sqlite:///{path}")).close()
+
+    asyncio.run(make())
 
 
 def run_cli(

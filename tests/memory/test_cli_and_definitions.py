@@ -10,7 +10,7 @@ import pytest
 
 import stead
 from stead.definitions import load_definition
-from tests.fakes.cli import run_cli
+from tests.fakes.cli import empty_store, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "memory"
@@ -48,6 +48,7 @@ async def test_readme_example_second_session_uses_what_the_first_remembered(tmp_
 
 def test_stead_memory_add_list_search_promote_delete(tmp_path: Path) -> None:
     db = str(tmp_path / "cli.db")
+    empty_store(tmp_path / "cli.db")  # `memory add` never creates a database
     env_db = ["--db", db]
     added = run_cli(
         "memory",

@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from tests.fakes.cli import run_cli
+from tests.fakes.cli import empty_store, run_cli
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "cleanup"
 
@@ -78,7 +78,7 @@ def test_reject_from_the_cli_commits_the_error_result(tmp_path: Path) -> None:
 
 def test_unknown_approvals_and_empty_databases_are_one_line(tmp_path: Path) -> None:
     _setup(tmp_path)
-    run_cli("agents", "--db", "s.db", cwd=tmp_path)  # nothing yet
+    empty_store(tmp_path / "s.db")  # nothing yet (approve never creates a database)
     missing = run_cli("approvals", "approve", "nosuchapproval", "--db", "s.db", cwd=tmp_path)
     assert missing.returncode == 1 and "no approval with id 'nosuchapproval'" in missing.stderr
     assert "Traceback" not in missing.stderr

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text as RichText
 
 import stead
@@ -20,6 +19,8 @@ from stead.cli._common import (
     DEFAULT_DB,
     DbOption,
     Interrupted,
+    ReadDbOption,
+    Records,
     SteadCommand,
     SteadGroup,
     err,
@@ -27,8 +28,8 @@ from stead.cli._common import (
     fail,
     inspect_db,
     out,
+    owner_url,
     quiet_broken_pipe,
-    url,
 )
 from stead.cli._memory import memory_app
 from stead.cli._models import models as _models_command
@@ -205,7 +206,7 @@ def run(
     if message is None and agent is None:
         fail("MESSAGE is required (it may be omitted only with --agent ID, to resume unfinished work)", 2)
     check_input(message, max_payload_bytes)
-    url(db)
+    owner_url(db, "stead run", create=True)
     source = load_source(definition, agent_name, agent)
     agent_id = execute(lambda: _run(source, message, agent, db, model, max_payload_bytes, retry_for))
     _note_agent(err(), agent_id)
@@ -226,7 +227,7 @@ async def _agents(db: str) -> tuple[list[stead.AgentInfo], dict[str, tuple[str |
 
 @app.command(cls=SteadCommand, short_help="List the agents in the database.")
 def agents(
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the agents in the database: id, name, whether each one owes work, when it was created.
@@ -245,19 +246,14 @@ def agents(
     if not infos:
         err().print(RichText(f"no agents in {db}", style="dim"))
         return
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("name")
-    table.add_column("active")
-    table.add_column("created", no_wrap=True)
-    if owners is not None:
-        table.add_column("owner (epoch)", no_wrap=True)
+    columns = ["id", "name", "active", "created", *(["owner (epoch)"] if owners is not None else [])]
+    table = Records(columns, ids=("id", "owner (epoch)"), keep=("active", "created"))
     for a in infos:
         created = datetime.datetime.fromtimestamp(a.created_at).strftime("%Y-%m-%d %H:%M:%S")
         cells = [a.id, a.name or "", "yes" if a.active else "no", created]
         if owners is not None:
             owner, epoch = owners.get(a.id, (None, 0))
-            cells.append(f"{owner[:8] if owner else '-'} ({epoch})")
+            cells.append(f"{owner or '-'} ({epoch})")
         table.add_row(*cells)
     out().print(table)
 
@@ -271,7 +267,7 @@ async def _history(agent_id: str, db: str, archived: bool = False) -> list[stead
 @app.command(cls=SteadCommand, short_help="Print an agent's conversation.")
 def history(
     agent_id: Annotated[str, typer.Argument(metavar="AGENT_ID", help="The agent's id.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON list of messages with typed content blocks.")
     ] = False,

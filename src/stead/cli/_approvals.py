@@ -13,20 +13,22 @@ import json
 from typing import Annotated, Any, cast
 
 import typer
-from rich.table import Table
 from rich.text import Text as RichText
 
 import stead
 from stead._approvals import ApprovalStatus
 from stead.cli._common import (
     DEFAULT_DB,
-    DbOption,
+    ReadDbOption,
+    Records,
     SteadCommand,
     SteadGroup,
+    WriteDbOption,
     err,
     execute,
     fail,
     out,
+    owner_url,
     url,
 )
 
@@ -86,7 +88,7 @@ async def _list(db: str, status: str, agent: str | None, run: str | None) -> lis
 
 @approvals_app.command(name="list", cls=SteadCommand, short_help="List approvals (pending ones by default).")
 def list_(
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     status: Annotated[
         str, typer.Option("--status", help=f"One of {', '.join(STATUSES)}.", show_default=True)
     ] = "pending",
@@ -113,9 +115,8 @@ def list_(
     if not found:
         err().print(RichText(f"no {'' if status == 'all' else status + ' '}approvals in {db}", style="dim"))
         return
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for column in ("id", "agent", "call", "why", "status", "requested"):
-        table.add_column(column, no_wrap=column in ("id", "requested"))
+    columns = ("id", "agent", "call", "why", "status", "requested")
+    table = Records(columns, ids=("id", "agent"), keep=("status", "requested"))
     for a in found:
         when = datetime.datetime.fromtimestamp(a.created_at).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(a.id, a.agent_id, _call(a), a.reason, a.status, when)
@@ -125,7 +126,8 @@ def list_(
 async def _decide(
     db: str, approval_id: str, approve: bool, note: str | None, arguments: Any, by: str | None
 ) -> stead.Decision:
-    async with stead.open(url(db), approvals=True, restore=False) as system:
+    store = owner_url(db, f"stead approvals {'approve' if approve else 'reject'}", create=False)
+    async with stead.open(store, approvals=True, restore=False) as system:
         if approve:
             return await system.approve(approval_id, note=note, arguments=arguments, decided_by=by)
         return await system.reject(approval_id, note=note, decided_by=by)
@@ -161,7 +163,7 @@ IdArgument = Annotated[
 @approvals_app.command(cls=SteadCommand, short_help="Approve a held call: it runs once.")
 def approve(
     approval_id: IdArgument,
-    db: DbOption = DEFAULT_DB,
+    db: WriteDbOption = DEFAULT_DB,
     note: NoteOption = None,
     arguments: Annotated[
         str | None,
@@ -186,7 +188,7 @@ def approve(
 
 @approvals_app.command(cls=SteadCommand, short_help="Reject a held call: it never runs.")
 def reject(
-    approval_id: IdArgument, db: DbOption = DEFAULT_DB, note: NoteOption = None, by: ByOption = None
+    approval_id: IdArgument, db: WriteDbOption = DEFAULT_DB, note: NoteOption = None, by: ByOption = None
 ) -> None:
     """Reject APPROVAL_ID: the call never runs; its error result "rejected by reviewer: NOTE" commits with
     the decision. The first decision wins (exit 1 when it was decided before)."""

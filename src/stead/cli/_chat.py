@@ -40,8 +40,16 @@ from stead.cli._options import (
 from stead.cli._printer import Printer, TeamProgress, is_terminal
 from stead.cli._render import one_line, print_history
 from stead.cli._runs import runs_table
-from stead.cli._signals import SIGTERM_EXIT
-from stead.cli._source import PAYLOAD_HINT, Source, create_or_get, load_source, message_switch, open_owner
+from stead.cli._signals import SIGINT_EXIT, SIGTERM_EXIT
+from stead.cli._source import (
+    PAYLOAD_HINT,
+    Source,
+    check_exists,
+    create_or_get,
+    load_source,
+    message_switch,
+    open_owner,
+)
 from stead.errors import InvalidInput
 
 __all__ = ["chat"]
@@ -120,6 +128,7 @@ class _Chat:
         self.aborted = False
         self.last_ctrl_c = 0.0
         self.terminated = False
+        self.interrupted = False  # left by a double Ctrl-C: exit 130
         self.lines = _Lines()
 
     def note(self, text: str, style: str = "dim") -> None:
@@ -243,6 +252,7 @@ class _Chat:
                 line = await self.lines.read()
             except KeyboardInterrupt:
                 if self.ctrl_c():
+                    self.interrupted = True
                     return
                 continue
             if line is None:
@@ -268,7 +278,7 @@ async def _chat(
     retry_for: float | None = None,
 ) -> int:
     # on a terminal, notes go to stdout too: one stream keeps them in order with the answer above the prompt;
-    # a stdout redirected to a file or a pipe gets the committed answers only (S5)
+    # a stdout redirected to a file or a pipe gets the committed answers only (S6)
     tty = sys.stdin is not None and sys.stdin.isatty() and is_terminal(sys.stdout)
     printer = Printer(Console(stderr=not tty, highlight=False, soft_wrap=True), line_buffered=True)
     progress = TeamProgress(printer)
@@ -320,7 +330,9 @@ async def _chat(
             await consumer
     printer.newline()
     printer.err.print(RichText(f"agent: {agent.id}", style="dim"))
-    return SIGTERM_EXIT if session is not None and session.terminated else 0
+    if session is not None and session.terminated:
+        return SIGTERM_EXIT
+    return SIGINT_EXIT if session is not None and session.interrupted else 0  # a double Ctrl-C
 
 
 def chat(
@@ -346,6 +358,7 @@ def chat(
     at the next step, and the session says when it does. A line typed while the agent is idle is sent.
     Commands: /abort (stop the current turn), /history, /runs, /exit. Ctrl-C aborts the current turn; a
     second Ctrl-C within 2 seconds exits. Everything is durable: continue later with --agent ID."""
+    check_exists(definition)  # a mistyped path is named as such
     if definition.is_dir():
         if name is None and agent is None:
             fail("AGENT_NAME is required with a definitions directory", 2)

@@ -12,11 +12,22 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text as RichText
 
 import stead
-from stead.cli._common import DEFAULT_DB, DbOption, SteadCommand, SteadGroup, err, execute, url, wide
+from stead.cli._common import (
+    DEFAULT_DB,
+    ReadDbOption,
+    Records,
+    SteadCommand,
+    SteadGroup,
+    WriteDbOption,
+    err,
+    execute,
+    owner_url,
+    url,
+    wide,
+)
 from stead.cli._render import one_line
 from stead.errors import StoreError
 from stead.memory import Note
@@ -58,7 +69,8 @@ async def _read(db: str, what: str, **kw: Any) -> list[Note]:
 
 
 async def _write(db: str, action: str, **kw: Any) -> Any:
-    async with stead.open(url(db), memory=True, restore=False) as system:
+    store = owner_url(db, f"stead memory {action}", create=False)
+    async with stead.open(store, memory=True, restore=False) as system:
         memory = system.memory
         if action == "add":
             return await memory.add(**kw)
@@ -72,8 +84,7 @@ def _date(ts: float | None) -> str:
     return "—" if ts is None else datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
 
 
-def _table(notes: list[Note], *, scores: bool = False) -> Table:
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+def _table(notes: list[Note], *, scores: bool = False) -> Records:
     cols = [
         "note",
         "type",
@@ -85,8 +96,7 @@ def _table(notes: list[Note], *, scores: bool = False) -> Table:
         *(["score"] if scores else []),
         "text",
     ]
-    for c in cols:
-        table.add_column(c, no_wrap=c != "text")
+    table = Records(cols, ids=("note", "user", "agent"), keep=("type", "status", "trust"))
     for n in notes:
         status = RichText(n.status, style="yellow" if n.status == "provisional" else "")
         trust = RichText(n.trust, style="red" if n.trust == "tainted" else "")
@@ -110,7 +120,7 @@ def _print(notes: list[Note], as_json: bool, db: str, *, scores: bool = False) -
 
 @memory_app.command("list", cls=SteadCommand, short_help="List stored notes, newest first.")
 def memory_list(
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     agent: AgentOpt = None,
     user: UserOpt = None,
     tenant: TenantOpt = None,
@@ -131,7 +141,7 @@ def memory_list(
 @memory_app.command("search", cls=SteadCommand, short_help="Search notes as an agent would see them.")
 def memory_search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     agent: AgentOpt = None,
     user: UserOpt = None,
     tenant: TenantOpt = None,
@@ -152,7 +162,7 @@ def memory_search(
 @memory_app.command("add", cls=SteadCommand, short_help="Add a note (a person's: trusted, active).")
 def memory_add(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The note.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: WriteDbOption = DEFAULT_DB,
     agent: AgentOpt = None,
     user: UserOpt = None,
     tenant: TenantOpt = None,
@@ -172,7 +182,7 @@ def memory_add(
 @memory_app.command("promote", cls=SteadCommand, short_help="Confirm a note: active and trusted.")
 def memory_promote(
     note_id: Annotated[str, typer.Argument(metavar="NOTE_ID", help="The note's id.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: WriteDbOption = DEFAULT_DB,
 ) -> None:
     """Confirm an agent's provisional (or tainted) note: it becomes active and trusted, with no expiry, and
     is injected from the next run on."""
@@ -183,7 +193,7 @@ def memory_promote(
 @memory_app.command("delete", cls=SteadCommand, short_help="Delete a note (its audit trail stays).")
 def memory_delete(
     note_id: Annotated[str, typer.Argument(metavar="NOTE_ID", help="The note's id.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: WriteDbOption = DEFAULT_DB,
 ) -> None:
     """Delete a note with its index rows and vector; the audit events stay."""
     execute(lambda: _write(db, "delete", note_id=note_id))

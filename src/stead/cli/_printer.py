@@ -48,7 +48,7 @@ RETRY_NOTE = "(retrying: the partial answer was dropped; the model is asked agai
 
 @dataclass
 class Printer:
-    """Streams an agent's events: committed text to stdout, tool activity dimmed on stderr (S5).
+    """Streams an agent's events: committed text to stdout, tool activity dimmed on stderr (S6).
 
     stdout holds only text the agent committed. On a terminal the text streams as it arrives, and a block
     dropped by a retry (`block_reset`) is erased from the screen; to a pipe or a file a text block is held

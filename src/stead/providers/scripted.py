@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from stead.core.tokens import estimate_messages, estimate_text, estimate_tools
 from stead.errors import ProviderError
 from stead.messages import Block, Reasoning, Text, ToolCall, Usage
 from stead.providers.base import (
@@ -35,7 +36,9 @@ class ScriptedResponse:
     """One scripted response.
 
     - `blocks` are streamed in order; text and reasoning as deltas of `chunk` characters, then `BlockEnd`.
-    - `usage` is reported before `Done` (default: token counts derived from text lengths).
+    - `usage` is reported before `Done` (default: input tokens estimated from the request — instructions,
+      tools and messages, as `stead.core.tokens` estimates them — and output tokens from the blocks' text
+      lengths).
     - `delay` seconds pass before the first event (`delay_between` between events).
     - `error` raises a `ProviderError` after `end_after` events (or immediately), `retryable` as given.
     - `end_after=N` stops the stream after N events without a terminal `Done` (a cut stream).
@@ -90,7 +93,7 @@ class ScriptedProvider:
         response = await self._response(request)
         if response.delay:
             await asyncio.sleep(response.delay)
-        events = _events(response)
+        events = _events(response, request)
         limit = response.end_after if response.end_after is not None else len(events)
         if response.error is not None and response.end_after is None:
             limit = 0
@@ -104,7 +107,18 @@ class ScriptedProvider:
             raise ProviderError(response.error, retryable=response.retryable)
 
 
-def _events(response: ScriptedResponse) -> list[StreamEvent]:
+def request_tokens(request: ProviderRequest) -> int:
+    """The request's input tokens as stead estimates them (`stead.core.tokens`): instructions, tool specs
+    and messages — what a scripted response reports by default, so a growing conversation reports growing
+    usage (and automatic compaction triggers in tests as it would against a server)."""
+    return (
+        estimate_text(request.instructions)
+        + estimate_tools(request.tools)
+        + estimate_messages(request.messages)
+    )
+
+
+def _events(response: ScriptedResponse, request: ProviderRequest) -> list[StreamEvent]:
     events: list[StreamEvent] = []
     out_chars = 0
     for block in response.blocks:
@@ -121,7 +135,9 @@ def _events(response: ScriptedResponse) -> list[StreamEvent]:
     if response.half_block is not None:
         events.append(TextDelta(response.half_block))
     if response.report_usage:
-        usage = response.usage or Usage(input_tokens=10, output_tokens=max(1, out_chars // 4))
+        usage = response.usage or Usage(
+            input_tokens=request_tokens(request), output_tokens=max(1, out_chars // 4)
+        )
         events.append(UsageEvent(usage))
     reason: DoneReason = response.done or (
         "tool_call" if any(isinstance(b, ToolCall) for b in response.blocks) else "stop"

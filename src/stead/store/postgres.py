@@ -177,6 +177,16 @@ class PostgresStore:
         max_size = int(options.get("pool_max", max(10, min_size)))
         if min_size < 1 or max_size < min_size:
             raise InvalidInput(f"need 1 <= pool_min <= pool_max in {where}")
+        timeout = float(options.get("pool_timeout", 5.0))
+        server = where.split("?", 1)[0]
+        try:  # one direct connection first: a wrong database, user or port is its one-line cause, at once
+            connecting = psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            probe = await asyncio.wait_for(connecting, timeout)
+        except TimeoutError:
+            raise StoreError(f"cannot connect to {server}: no answer within {timeout:g} s") from None
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to {server}: {_connect_error(e)}") from None
+        await probe.close()
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -968,6 +978,16 @@ def _encoded(sql: str) -> bytes:
 def _brief(sql: str) -> str:
     text = " ".join(sql.split())
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _connect_error(e: BaseException) -> str:
+    """libpq's reason without its preamble and hint lines: `database "x" does not exist`, `Connection
+    refused`, …"""
+    text = _first_line(e)
+    for prefix in ("connection failed: ",):
+        text = text.removeprefix(prefix)
+    reason = text.rsplit(" failed: ", 1)
+    return (reason[-1].removeprefix("FATAL:").strip() if len(reason) == 2 else text) or type(e).__name__
 
 
 def _first_line(e: BaseException) -> str:
