@@ -267,7 +267,7 @@ async def test_MO1_openai_wire_names_tool_choice_and_sampling(tmp_path: Path, oa
     }
     last = oai.requests[-1].body
     assert last["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
-    assert last["max_completion_tokens"] == 64
+    assert last["max_tokens"] == 64  # a server at a base_url: llama.cpp reads only max_tokens
 
 
 async def test_MO1_anthropic_wire_names_tool_choice_and_stop_sequences(tmp_path: Path, ant: Any) -> None:

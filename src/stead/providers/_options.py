@@ -8,7 +8,8 @@ Option → OpenAI / OpenAI-compatible field; Anthropic field ("—": refused for
   `tool_choice` (`{type: auto}`, `{type: any}`, `{type: none}`, `{type: tool, name}`)
 - `temperature`, `top_p` → the same names on both
 - `top_k` → `top_k` (OpenAI-compatible servers only; refused for api.openai.com); `top_k`
-- `max_tokens` → `max_completion_tokens`; `max_tokens`
+- `max_tokens` → `max_completion_tokens` (api.openai.com) or `max_tokens` (a server at a `base_url`);
+  `max_tokens`
 - `seed` → `seed`; —
 - `stop` → `stop`; `stop_sequences`
 - `presence_penalty`, `frequency_penalty` → the same names; —
@@ -156,7 +157,9 @@ def openai_options(request: ProviderRequest, *, compatible: bool) -> dict[str, A
                 continue  # no tools offered (a flow's prompt step): there is nothing to choose
             out[name] = value if value in TOOL_CHOICES else {"type": "function", "function": {"name": value}}
         elif name == "max_tokens":
-            out["max_completion_tokens"] = value  # joins caps: max_output_tokens
+            # joins caps: max_output_tokens. OpenAI's current name; compatible servers (llama.cpp) read the
+            # older `max_tokens` only
+            out["max_tokens" if compatible else "max_completion_tokens"] = value
         else:
             out[name] = value
     return out
