@@ -90,14 +90,19 @@ steps:
 """
 
 
-# ------------------------------------------------------------------------------------ structured output
-async def test_SO1_flow_prompt_step_sends_response_format_json_schema(tmp_path: Path, oai: Any) -> None:
+async def classify(tmp_path: Path, oai: OpenAIFakeServer, answer: str) -> stead.RunResult:
+    """The `classify` flow run once on the fake OpenAI server answering `answer`."""
     team = tmp_path / "team"
     write(team, "classify", FLOW.format(model="oai:gpt-x"))
-    oai.push(Reply([Text('{"label": "refund"}')]))
+    oai.push(Reply([Text(answer)]))
     async with await stead.open(db(tmp_path), definitions=team, providers=providers(oai)) as system:
         agent = await system.create(definition="classify")
-        result = await agent.run("it arrived broken")
+        return await agent.run("it arrived broken")
+
+
+# ------------------------------------------------------------------------------------ structured output
+async def test_SO1_flow_prompt_step_sends_response_format_json_schema(tmp_path: Path, oai: Any) -> None:
+    result = await classify(tmp_path, oai, '{"label": "refund"}')
     assert result.ok, result.error
     body = oai.requests[-1].body
     assert body["response_format"] == {
@@ -179,12 +184,7 @@ async def test_SO3_an_answer_outside_the_schema_fails_the_run_saying_why(tmp_pat
 
 
 async def test_SO3_flow_step_answer_outside_the_schema_is_a_failed_step(tmp_path: Path, oai: Any) -> None:
-    team = tmp_path / "team"
-    write(team, "classify", FLOW.format(model="oai:gpt-x"))
-    oai.push(Reply([Text('{"kind": "refund"}')]))
-    async with await stead.open(db(tmp_path), definitions=team, providers=providers(oai)) as system:
-        agent = await system.create(definition="classify")
-        result = await agent.run("it arrived broken")
+    result = await classify(tmp_path, oai, '{"kind": "refund"}')
     assert result.outcome is stead.Outcome.FAILED
     assert result.error is not None and "the answer is missing 'label'" in result.error
 
