@@ -207,6 +207,30 @@ async def test_SO4_a_runs_own_schema_applies_to_that_run_only(tmp_path: Path, oa
     assert "response_format" not in third
 
 
+@stead.tool(effects="read", approval="always")
+async def checked(order: int) -> str:
+    "Look an order up (each call needs an approval)."
+    return f"order {order}: delivered"
+
+
+async def test_SO4_a_runs_own_schema_survives_a_restart_mid_run(tmp_path: Path, oai: Any) -> None:
+    oai.push(Reply([ToolCall("checked", {"order": 3})]), Reply([Text('{"label": "refund"}')]))
+    kit = {"providers": providers(oai), "tools": [checked], "approvals": True}
+    async with await stead.open(db(tmp_path), **kit) as system:  # type: ignore[arg-type]
+        agent = await system.create(model="oai:gpt-x", tools=["checked"], agent_id="typed")
+        waiting = await agent.run("classify order 3", output_schema=LABEL)
+        assert waiting.outcome is stead.Outcome.AWAITING_INPUT
+    async with await stead.open(db(tmp_path), **kit) as system:  # type: ignore[arg-type]
+        (approval,) = await system.approvals()
+        await system.approve(approval.id)
+        agent = await system.get("typed")
+        await agent.wait_idle(timeout=30)
+        history = await agent.history()
+    schemas = [r.body.get("response_format", {}).get("json_schema", {}).get("schema") for r in oai.requests]
+    assert schemas == [LABEL, LABEL]  # the second request was made by the new process
+    assert history[-1].text == '{"label": "refund"}'
+
+
 async def test_SO4_a_definitions_output_makes_every_run_typed(tmp_path: Path, oai: Any) -> None:
     team = tmp_path / "team"
     write(
