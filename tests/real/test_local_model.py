@@ -22,7 +22,8 @@ from stead.core.events import BlockReset, Compacted
 from stead.providers.base import TextDelta
 from tests.real.conftest import MODEL, local_llm
 
-FAST_RETRY = stead.RetryPolicy(max_attempts=10, base_delay=0.5, max_delay=2.0)
+FAST_RETRY = stead.RetryPolicy(max_attempts=30, base_delay=0.5, max_delay=2.0)
+"""About a minute of retries: the restarted server loads its model first."""
 calls: list[dict[str, Any]] = []
 
 
