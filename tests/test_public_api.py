@@ -45,6 +45,7 @@ EXPORTS = [
     "InvalidInput",
     "Message",
     "MessageConsumed",
+    "ModelOptions",
     "NotFound",
     "Outcome",
     "Plugin",

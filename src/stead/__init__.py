@@ -61,6 +61,7 @@ from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
 from stead.providers.base import (
     BlockEnd,
     Done,
+    ModelOptions,
     Provider,
     ProviderRequest,
     ReasoningDelta,
@@ -106,6 +107,7 @@ __all__ = [
     "InvalidInput",
     "Message",
     "MessageConsumed",
+    "ModelOptions",
     "NotFound",
     "Outcome",
     "Plugin",

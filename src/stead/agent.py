@@ -30,6 +30,7 @@ from stead.core.outcome import Outcome
 from stead.core.records import PAYLOAD_METADATA, Pending
 from stead.core.results import RunResult, read_run_state, waiting_result
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
+from stead.core.structured import OUTPUT_SCHEMA_METADATA, check_output_schema, parse_answer
 from stead.errors import (
     Closed,
     CompactionFailed,
@@ -166,6 +167,7 @@ class Agent:
         profile: str | None = None,
         changes: Sequence[RuntimeChange] | None = None,
         payload: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> Acceptance:
         """Queue a message for when the agent would otherwise stop. Returns after the durable write (A2).
 
@@ -179,8 +181,15 @@ class Agent:
 
         `user` and `tenant` (ids: 1-128 characters from `A-Z a-z 0-9 . _ : @ -`) say who sends the message;
         they are stored with it, validators and hooks see them, and the run a message starts keeps them
-        for all its hooks and tools (`ctx.user`, `ctx.tenant`): memory scopes its notes by them."""
+        for all its hooks and tools (`ctx.user`, `ctx.tenant`): memory scopes its notes by them.
+
+        `output_schema` (a JSON schema of the supported subset, docs/providers.md "Structured output") is
+        the output schema of the run this message starts (a typed result): sent to the model as the vendor's
+        native structured output, and a final answer that does not fit fails the run. It rides in the
+        metadata (`stead.output_schema`); a message that does not start a run ignores it."""
         settings = _settings(provider, model, effort, permission_mode, profile)
+        if output_schema is not None:
+            metadata = {**(metadata or {}), OUTPUT_SCHEMA_METADATA: check_output_schema(output_schema)}
         if changes:
             # checked by the orchestration plugin's validator, like any message carrying changes
             metadata = {**(metadata or {}), CHANGES_KEY: [_encode_change(c) for c in changes]}
@@ -228,6 +237,7 @@ class Agent:
         profile: str | None = None,
         changes: Sequence[RuntimeChange] | None = None,
         payload: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> RunResult:
         """Send a message and wait for the run that consumed it to settle; return that run's result
         (`.text`, `.messages`, `.usage`, `.run_id`, `.outcome`, `.payload` — the run's payload as it ended,
@@ -244,6 +254,10 @@ class Agent:
         `stead.RunNotFound` if the message's records were removed (a model change reset the conversation).
         For an agent another process runs (a PostgreSQL client, `run_agents=False`), it polls the store
         every 50 ms until the run has ended.
+
+        `output_schema` (or the agent's own, a definition's `output:`) makes the result typed: the answer is
+        asked for as the vendor's structured output, checked against the schema (a run whose answer does
+        not fit fails, saying why), and `RunResult.output` is its parsed JSON value.
         """
         rt = self._rt
         events = rt.subscribe()  # before sending: no settlement after the send can be missed
@@ -262,6 +276,7 @@ class Agent:
                 profile=profile,
                 changes=changes,
                 payload=payload,
+                output_schema=output_schema,
             )
             while True:
                 result = await self._run_result(acc.id)
@@ -294,6 +309,9 @@ class Agent:
                     raise Closed(f"agent {self.id} stopped before the run of message {acc.id} ended: {why}")
         finally:
             rt.unsubscribe(events)
+        schema = output_schema if output_schema is not None else rt.config.output_schema
+        if schema is not None and result.outcome is Outcome.COMPLETED:
+            result = replace(result, output=parse_answer(result.text))
         if check and result.outcome is Outcome.FAILED:
             raise RunFailed(f"run {result.run_id} failed: {result.error}", result)
         return result

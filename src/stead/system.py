@@ -42,6 +42,7 @@ from stead.core.fleet import SESSION_PREFIX, Fleet, FleetConfig, notify_abort
 from stead.core.hooks import HookContext, Hooks, HookSet
 from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, inside_agent
+from stead.core.structured import check_output_schema
 from stead.errors import (
     AgentNotFound,
     CloseFromInside,
@@ -49,7 +50,8 @@ from stead.errors import (
     InvalidId,
     InvalidInput,
 )
-from stead.providers.base import Provider
+from stead.providers._options import check_model_options
+from stead.providers.base import ModelOptions, Provider
 from stead.providers.router import ModelRouter
 from stead.store import Faults, Store, dialect_of, open_store
 from stead.store.base import AgentRow
@@ -225,6 +227,8 @@ class AgentSystem:
         context_window: int | None = None,
         context: ContextPolicy | Mapping[str, Any] | None = None,
         max_output_tokens: int | None = None,
+        model_options: ModelOptions | Mapping[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> Agent:
         """Create an agent. Unknown providers or tools and malformed or taken ids are refused, unwritten.
 
@@ -238,7 +242,13 @@ class AgentSystem:
         —, `expire_tool_results_after_turns`, `max_tool_result_chars`, `max_output_tokens`, `auto`).
         `max_output_tokens=N` caps each of the agent's responses (default: the catalog's output limit for
         its model; never more than the window minus the request), durable like the rest of the policy.
-        See docs/context.md."""
+        See docs/context.md.
+
+        `model_options` (`stead.ModelOptions` or a mapping of its fields: `tool_choice`, `temperature`,
+        `top_p`, `top_k`, `max_tokens`, `seed`, `stop`, `presence_penalty`, `frequency_penalty`) go with
+        every request, mapped per vendor (`max_tokens` is the agent's output cap, `max_output_tokens`);
+        `output_schema` makes every run's result typed (a run's own `output_schema` wins). See
+        docs/providers.md."""
         self._check_open()
         if definition is not None:
             if provider is not None or model is not None or instructions or tools or extra:
@@ -254,6 +264,13 @@ class AgentSystem:
                 if max_output_tokens is not None:
                     kwargs["context"]["max_output_tokens"] = max_output_tokens
             kwargs.setdefault("max_tool_result_chars", max_tool_result_chars)
+            if model_options is not None:
+                kwargs["model_options"] = {
+                    **dict(kwargs.get("model_options") or {}),
+                    **_options_items(model_options),
+                }
+            if output_schema is not None:
+                kwargs["output_schema"] = output_schema
             return await self.create(
                 agent_id=agent_id,
                 steering_mode=steering_mode,
@@ -277,6 +294,16 @@ class AgentSystem:
                 raise InvalidInput(f"queue mode must be 'one-at-a-time' or 'all', not {mode!r}")
         if permission_mode not in PERMISSION_MODES:
             raise InvalidInput(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
+        try:
+            options = check_model_options(_options_items(model_options), tools=tools)
+        except ValueError as e:
+            raise ConfigurationError(str(e)) from None
+        try:
+            schema = check_output_schema(output_schema) if output_schema is not None else None
+        except InvalidInput as e:
+            raise ConfigurationError(str(e)) from None
+        if max_output_tokens is None and options.max_tokens is not None:
+            max_output_tokens = options.max_tokens  # model_options.max_tokens is the agent's output cap (MR1)
         policy, result_chars = self._context_policy(context, context_window, max_output_tokens)
         if result_chars is not None:
             max_tool_result_chars = result_chars
@@ -293,6 +320,8 @@ class AgentSystem:
             max_tool_result_chars=max_tool_result_chars,
             extra=dict(extra or {}),
             context=policy,
+            model_options=options.items(),
+            output_schema=schema,
         )
         aid = agent_id or new_id()
         owned = self._local
@@ -610,6 +639,14 @@ class AgentSystem:
         decision. The first decision wins (see `approve`)."""
         self._check_writable()
         return await self._approval_source().reject(approval_id, note=note, decided_by=decided_by)
+
+
+def _options_items(options: ModelOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if isinstance(options, ModelOptions):
+        return options.items()
+    return dict(options)
 
 
 def _context_items(context: ContextPolicy | Mapping[str, Any] | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from stead.core import records as R
 from stead.core.events import Activated
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState
+from stead.core.structured import OUTPUT_SCHEMA_METADATA
 from stead.messages import Role, dumps
 from stead.store.base import Tx
 
@@ -55,13 +56,21 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
     activated: Pending | None = None
     if await tx.get(st.id, R.PENDING) is None:
         # the run's first message names its user and tenant for the whole run (hooks, tools, restarts)
+        schema = (item.metadata or {}).get(OUTPUT_SCHEMA_METADATA)
         activated = Pending(
-            "inference", new_id(), activated_at=time.time(), user=item.user, tenant=item.tenant
+            "inference",
+            new_id(),
+            activated_at=time.time(),
+            user=item.user,
+            tenant=item.tenant,
+            structured=schema is not None,
         )
         await tx.write_if_absent(st.id, R.PENDING, activated.encode())
         payload = (item.metadata or {}).get(R.PAYLOAD_METADATA)
         if payload is not None:  # the run starts with the activating message's payload
             await tx.write(st.id, R.PAYLOAD, dumps(payload))
+        if schema is not None:  # ... and its output schema (typed result)
+            await tx.write(st.id, R.OUTPUT_SCHEMA, dumps(schema))
         if st.hooks.wants("activated_tx"):
             ctx = st.hook_ctx(tx, activated)
             ctx.message = queued.message()

@@ -67,6 +67,10 @@ class AgentConfig:
     """Tool results longer than this are cut in the conversation (a tool's own `max_result_chars` wins)."""
     context: ContextPolicy = field(default_factory=ContextPolicy)
     """Context window management: compaction and expiration (`ContextPolicy`)."""
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """Checked `stead.ModelOptions` fields (tool_choice, temperature, ...), sent with every request."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON schema every run's final answer must satisfy (typed results; a run's own wins)."""
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from typing import Any
@@ -30,12 +31,14 @@ from stead.core.expire import expire
 from stead.core.records import Pending, Queued
 from stead.core.response import commit_end, commit_held, commit_partial, fail, repaired, response_info
 from stead.core.state import AgentState, Turn
+from stead.core.structured import answer_errors
 from stead.core.tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
 from stead.errors import ProviderError, StoreError, context_overflow
 from stead.messages import Message, Text, ToolCall, Usage, dumps, encode_block, repair_text
 from stead.providers.base import (
     BlockEnd,
     Done,
+    ModelOptions,
     Provider,
     ProviderRequest,
     ReasoningDelta,
@@ -103,7 +106,8 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
             ctx = st.hook_ctx(None, pending, inference_id=inf_id)
             ctx.settings = dict(settings)
             instructions = await hooks.instructions(ctx, instructions)
-        request = _request(st, turn, settings, instructions)
+        schema = await _output_schema(st, turn.pending)
+        request = _request(st, turn, settings, instructions, schema)
         reason, error = await _stream(st, turn, provider, request)
     except ProviderError as e:
         limit = context_overflow(e)
@@ -139,6 +143,11 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         return await fail(st, turn, error or f"the model's response ended with {reason!r}")
     if turn.usage is None:
         turn.usage = _estimated_usage(st, turn, request)
+    if schema is not None and not turn.calls and reason == "stop":
+        # a typed result: the final answer must fit the schema, or the run fails saying why
+        _, problems = answer_errors("".join(b.text for b in turn.held if isinstance(b, Text)), schema)
+        if problems:
+            return await fail(st, turn, "the answer does not match the output schema: " + "; ".join(problems))
     return await _finish(st, turn, reason)
 
 
@@ -161,6 +170,22 @@ def _request_size(st: AgentState, turn: Turn, request: ProviderRequest) -> int:
         return context_tokens(st, turn.pending, turn.take)
     size = estimate_text(request.instructions) + estimate_tools(request.tools)
     return size + estimate_messages(request.messages)
+
+
+async def _output_schema(st: AgentState, pending: Pending) -> dict[str, Any] | None:
+    """The output schema of the run: its own (read from the store once per run) or the agent's."""
+    if not pending.structured:
+        return st.config.output_schema
+    cached = st.run_schema
+    if cached is not None and cached[0] == pending.run_id:
+        return cached[1]
+    async with st.env.store.transaction() as tx:
+        raw = await tx.get(st.id, R.OUTPUT_SCHEMA)
+    schema = json.loads(raw) if raw is not None else None
+    if not isinstance(schema, dict):
+        schema = st.config.output_schema
+    st.run_schema = (pending.run_id, schema)
+    return schema
 
 
 def _estimated_usage(st: AgentState, turn: Turn, request: ProviderRequest) -> Usage:
@@ -258,7 +283,13 @@ def _provider(st: AgentState, settings: dict[str, Any]) -> Provider:
     return provider
 
 
-def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions: str) -> ProviderRequest:
+def _request(
+    st: AgentState,
+    turn: Turn,
+    settings: dict[str, Any],
+    instructions: str,
+    schema: dict[str, Any] | None = None,
+) -> ProviderRequest:
     staged = [q.message() for q in turn.take]
     history = st.messages() if not turn.reset else []
     after = st.config.context.expire_tool_results_after_turns
@@ -284,6 +315,8 @@ def _request(st: AgentState, turn: Turn, settings: dict[str, Any], instructions:
         agent_id=st.id,
         inference_id=turn.inference_id,
         effort=settings.get("effort"),
+        model_options=ModelOptions.decode(st.config.model_options),
+        output_schema=schema,
     )
     # MR1: every request carries an output cap (the agent's, else the model's limit; within the window)
     cap = output_cap(st, settings, _request_size(st, turn, request))

@@ -12,6 +12,7 @@ Keys (per agent, sorted):
     tool.<index:04>.<call id>     one entry per call of the dispatched batch (T1)
     kv.c.<call id>.<key>          call-bound KV (T7); kv.r.<key> run KV; kv.a.<key> agent KV
     kv.r.payload                  the run's JSON payload (from the activating message's `stead.payload`)
+    kv.r.output_schema            the run's output schema (the activating message's `stead.output_schema`)
     kv.r.context                  the run's context from the `run_context` hooks (R4), erased at settlement
 
 History records (JSON, append-only):
@@ -81,6 +82,9 @@ PAYLOAD = "kv.r.payload"
 copied into the end-of-run record at settlement (`RunResult.payload`)."""
 PAYLOAD_METADATA = "stead.payload"
 """Message metadata key carrying a run's starting payload (`agent.send(..., payload=...)`)."""
+OUTPUT_SCHEMA = "kv.r.output_schema"
+"""The run's own output schema (from the activating message's `stead.output_schema`), erased at
+settlement."""
 RUN_CONTEXT = "kv.r.context"
 """The run's context (`stead.RunContext`, written with the first durable write of its first inference)."""
 
@@ -113,6 +117,8 @@ class Pending:
     compaction: str | None = None
     user: str | None = None
     tenant: str | None = None
+    structured: bool = False
+    """The run has its own output schema (`OUTPUT_SCHEMA`, from the activating message)."""
 
     def encode(self) -> str:
         d: dict[str, Any] = {
@@ -128,6 +134,8 @@ class Pending:
             d["us"] = self.user
         if self.tenant is not None:
             d["tn"] = self.tenant
+        if self.structured:
+            d["os"] = 1
         return dumps(d)
 
     @staticmethod
@@ -146,6 +154,7 @@ class Pending:
                 d.get("cm"),
                 d.get("us"),
                 d.get("tn"),
+                bool(d.get("os")),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -162,6 +171,7 @@ class Pending:
             "compaction": self.compaction,
             "user": self.user,
             "tenant": self.tenant,
+            "structured": self.structured,
         }
         fields.update(changes)
         return Pending(**fields)

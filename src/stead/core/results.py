@@ -41,6 +41,9 @@ class RunResult:
     payload: dict[str, Any] | None = None
     """The run's payload as it ended (`send(..., payload=...)` starts it; flows and payload tools change
     it); None when the run had none."""
+    output: Any = None
+    """A typed result's parsed JSON answer (a run with an output schema, `agent.run(..., output_schema=)`
+    or a definition's `output:`); None otherwise."""
 
     @property
     def ok(self) -> bool:

@@ -94,6 +94,8 @@ class AgentState(Mirror):
         # the durable run context (`stead.core.records.RUN_CONTEXT`) of run `context_run`, as committed
         self.context_run: str | None = None
         self.context: RunContext | None = None
+        self.run_schema: tuple[str, dict[str, Any] | None] | None = None
+        """(run id, that run's own output schema), read once per run (`stead.core.inference`)."""
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._hook_events = env.hooks.wants("on_event")
 

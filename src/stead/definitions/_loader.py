@@ -23,7 +23,8 @@ from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import compile_instructions
 from stead.errors import ConfigurationError, DefinitionError
-from stead.flows._loader import compile_flow
+from stead.flows._loader import check_schema, compile_flow
+from stead.providers._options import SUPPORTED, OptionError, check_model_options, unsupported_options
 from stead.providers.base import Provider
 from stead.providers.catalog import load_catalog
 from stead.providers.router import parse_spec
@@ -68,8 +69,40 @@ def _load(
     compile_instructions(definition, doc)
     definition._tools = _resolve_tools(definition, doc)
     _check_models(definition, doc, providers)
+    _check_model_options(definition, doc, providers)
+    if definition.output is not None:
+        check_schema(doc, ["output"], definition.output)
     compile_flow(definition, doc)  # payload rules; a flow's steps, paths and expressions (file:line errors)
     return definition, doc
+
+
+def _check_model_options(definition: AgentDefinition, doc: YamlDocument, providers: Collection[str]) -> None:
+    """`model_options:`: known keys, right types, a named `tool_choice` one of the agent's tools (or
+    sub-agents), and only options every candidate's vendor takes."""
+    raw = definition.model_options
+    if not raw:
+        return
+    names = [t.name for t in definition.resolved_tools] + list(definition.sub_agents)
+    try:
+        options = check_model_options(raw, tools=names if definition.type == "loop" else None)
+    except OptionError as e:
+        raise doc.error(str(e), ["model_options", e.key] if e.key else ["model_options"]) from None
+    catalog = load_catalog(os.environ.get("STEAD_CATALOG") or None)
+    for candidate in definition.candidates:
+        try:
+            spec = parse_spec(candidate, registered=providers, catalog=catalog, base_dir=definition.base_dir)
+        except ConfigurationError:
+            continue  # reported by _check_models
+        if spec.route is None:
+            continue  # a registered provider or a scripted model: it decides itself
+        bad = unsupported_options(spec.route.driver, options)
+        if bad:
+            raise doc.error(
+                f"model_options.{bad[0]}: {spec.route.vendor} ({candidate}) does not support this option "
+                f"(its options: {', '.join(sorted(SUPPORTED[spec.route.driver]))})",
+                ["model_options", bad[0]],
+            )
+    definition.model_options = options.items()
 
 
 def _check_models(definition: AgentDefinition, doc: YamlDocument, providers: Collection[str]) -> None:

@@ -217,6 +217,15 @@ class AgentDefinition(BaseModel):
     mcp: list[McpServer] = Field(default_factory=list)
     """MCP servers whose tools this agent is offered as `SERVER__TOOL` (docs/mcp.md)."""
     context: ContextSection = Field(default_factory=ContextSection)
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    """Request options sent with every model request, mapped per vendor (docs/providers.md "Model
+    options"): `tool_choice` (`auto`, `required`, `none` or one of the agent's tools), `temperature`,
+    `top_p`, `top_k`, `max_tokens`, `seed`, `stop`, `presence_penalty`, `frequency_penalty`. Unknown keys,
+    wrong types and options a candidate's vendor does not take are refused when the file loads."""
+    output: dict[str, Any] | None = None
+    """`loop` only: a JSON schema (type, required, properties, items, enum, additionalProperties) of every
+    run's result (typed results): asked of the model as the vendor's native structured output; an answer
+    that does not fit fails the run; `RunResult.output` is the parsed value."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data kept with the definition (not shown to the model)."""
     # ---- flows (type: flow), payloads and built-in tools: docs/flows.md
@@ -294,6 +303,19 @@ class AgentDefinition(BaseModel):
         for candidate in candidates:
             if not candidate.strip():
                 raise ValueError("a model candidate is empty")
+        return value
+
+    @pydantic.field_validator("model_options", mode="before")
+    @classmethod
+    def _check_model_options(cls, value: Any) -> Any:
+        # the keys and values are checked by the loader (each error at its key's line)
+        return {} if value is None else value
+
+    @pydantic.field_validator("output")
+    @classmethod
+    def _check_output(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        if value is not None and info.data.get("type") not in (None, "loop"):
+            raise ValueError("output (a typed result's schema) is for loop agents; a flow has result")
         return value
 
     @pydantic.model_validator(mode="after")

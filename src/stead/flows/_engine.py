@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stead._ids import new_id
-from stead.flows._answers import parse_answer
+from stead.core.structured import parse_answer
 from stead.flows._expr import ExpressionError
 from stead.flows._loader import Static
 from stead.flows._paths import Change, Pattern, apply_changes, change_for, diff, filter_payload

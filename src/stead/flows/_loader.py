@@ -17,6 +17,7 @@ import yaml
 from jinja2.sandbox import SandboxedEnvironment
 
 from stead._yaml import YamlDocument
+from stead.core.structured import schema_problem
 from stead.errors import DefinitionError
 from stead.flows._expr import ExpressionError, compile_expression
 from stead.flows._paths import PathError, parse_pattern, parse_target
@@ -25,7 +26,7 @@ from stead.flows._schema import FlowStep, StepBody
 if TYPE_CHECKING:
     from stead.definitions._schema import AgentDefinition
 
-__all__ = ["TEMPLATES", "Static", "compile_flow", "compile_payload_rules"]
+__all__ = ["TEMPLATES", "Static", "check_schema", "compile_flow", "compile_payload_rules"]
 
 TEMPLATES = SandboxedEnvironment(
     undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
@@ -153,7 +154,7 @@ def _compile_body(
             raise _error(doc, [*loc, "prompt"], "a prompt step needs a model: set the flow's 'model'")
         body._template = _template(doc, [*loc, "prompt"], body.prompt)
         if body.output_schema is not None:
-            _check_schema(doc, [*loc, "output_schema"], body.output_schema)
+            check_schema(doc, [*loc, "output_schema"], body.output_schema)
     if isinstance(body.input, str):
         body._input = _expr(doc, [*loc, "input"], body.input)
     elif isinstance(body.input, dict):
@@ -177,39 +178,12 @@ def _outputs(doc: YamlDocument | None, loc: Loc, output: dict[str, str] | None) 
     return out
 
 
-_SCHEMA_KEYS = {
-    "type",
-    "required",
-    "properties",
-    "items",
-    "enum",
-    "description",
-    "title",
-    "additionalProperties",
-}
-_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
-
-
-def _check_schema(doc: YamlDocument | None, loc: Loc, schema: Any) -> None:
-    if not isinstance(schema, dict):
-        raise _error(doc, loc, "a JSON schema must be a mapping")
-    unknown = sorted(set(schema) - _SCHEMA_KEYS)
-    if unknown:
-        raise _error(
-            doc,
-            loc,
-            f"unsupported schema keyword(s) {', '.join(unknown)} "
-            f"(supported: {', '.join(sorted(_SCHEMA_KEYS))})",
-        )
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
-    for k in kinds:
-        if k not in _SCHEMA_TYPES:
-            raise _error(doc, [*loc, "type"], f"unknown type {k!r}")
-    for name, sub in (schema.get("properties") or {}).items():
-        _check_schema(doc, [*loc, "properties", name], sub)
-    if isinstance(schema.get("items"), dict):
-        _check_schema(doc, [*loc, "items"], schema["items"])
+def check_schema(doc: YamlDocument | None, loc: Loc, schema: Any) -> None:
+    """A JSON schema of the supported subset (`stead.core.structured.schema_problem`), or the error."""
+    problem = schema_problem(schema)
+    if problem is not None:
+        where, message = problem
+        raise _error(doc, [*loc, *where], message)
 
 
 def _node(root: yaml.Node | None, loc: Sequence[int | str]) -> yaml.Node | None:

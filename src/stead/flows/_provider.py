@@ -23,13 +23,14 @@ again by the next owner.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stead.core.records import PAYLOAD_METADATA
+from stead.core.structured import answer_errors
 from stead.errors import ConfigurationError, ProviderError
-from stead.flows._answers import parse_answer, schema_errors
 from stead.flows._engine import PROMPT_TOOL, End, FlowEngine, NewInput, Planned
 from stead.flows._paths import Change
 from stead.flows._state import FlowTx
@@ -167,6 +168,10 @@ class FlowProvider:
             inference_id=request.inference_id,
             effort=request.effort,
             max_output_tokens=request.max_output_tokens,  # the flow agent's cap (MR1)
+            model_options=request.model_options,
+            # the schema is asked of the vendor natively (response_format, a forced tool) and checked below
+            output_schema=p.schema,
+            output_name=_wire_name(p.step),
         )
         text: list[str] = []
         usage: Usage | None = None
@@ -192,17 +197,17 @@ class FlowProvider:
         answer = "".join(text)
         arguments["text"] = answer
         if p.schema is not None:
-            value = parse_answer(answer)
-            problems = (
-                ["the answer is not JSON"]
-                if isinstance(value, str) and not answer.strip().startswith('"')
-                else []
-            ) or schema_errors(value, p.schema)
+            _, problems = answer_errors(answer, p.schema)
             if problems:
                 arguments["error"] = "the answer does not match the step's output_schema: " + "; ".join(
                     problems
                 )
         return arguments, usage
+
+
+def _wire_name(step: str) -> str:
+    """A step name as a schema name on the wire (letters, digits, `_`, `-`; at most 64)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", step)[:64] or "result"
 
 
 def _new_input(messages: list[Message]) -> NewInput | None:

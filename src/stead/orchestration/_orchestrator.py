@@ -261,6 +261,10 @@ class Orchestrator:
             "name": name,
             "extra": extra,
         }
+        if definition.model_options:
+            kwargs["model_options"] = dict(definition.model_options)
+        if definition.output is not None:
+            kwargs["output_schema"] = definition.output
         context = definition.context.model_dump(exclude_none=True)
         if context:
             chosen = context.get("compaction_model")
@@ -306,7 +310,7 @@ class Orchestrator:
             extra[X_LIMITS] = definition.limits.model_dump(exclude_defaults=True)
         if definition.metadata:
             extra["stead.metadata"] = dict(definition.metadata)
-        return {
+        out: dict[str, Any] = {
             "provider": flow_key(name),
             "model": model,
             "instructions": "",
@@ -314,6 +318,10 @@ class Orchestrator:
             "name": name,
             "extra": extra,
         }
+        if definition.model_options:
+            # the options of its prompt steps' model calls (a flow's own requests call no model)
+            out["model_options"] = dict(definition.model_options)
+        return out
 
     def _template_context(
         self, definition: AgentDefinition, tools: Sequence[str], subs: Sequence[str], data: Any

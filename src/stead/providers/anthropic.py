@@ -26,6 +26,7 @@ from stead.providers import _errors
 from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_anthropic_messages, to_anthropic_tools
 from stead.providers._naming import wire_model
+from stead.providers._options import anthropic_options, anthropic_output_tool, output_text
 from stead.providers._pricing import Prices
 from stead.providers.base import (
     BlockEnd,
@@ -93,7 +94,10 @@ class AnthropicProvider:
       `output_config.effort` (`low`, `medium`, `high`, `xhigh`, `max`; `minimal` counts as `low`), on
       older ones (`BUDGET_THINKING_MODELS`) a token budget (`THINKING_BUDGETS`; the budget is added to
       `max_tokens`); a number is always a budget; `none`/`off` leave thinking off.
-    - `ProviderRequest.options` are merged into the request body last (e.g. `{"temperature": 0.2}`, or
+    - `ProviderRequest.model_options` are mapped to Messages fields (`stead.providers._options`;
+      `seed` and the penalties are refused); `ProviderRequest.output_schema` becomes a synthetic tool the
+      model is made to call, whose input is the answer (a `Text` block of its JSON).
+    - `ProviderRequest.options` are merged into the request body last (e.g. `{"metadata": {...}}`, or
       your own `"thinking"` setting).
     """
 
@@ -162,6 +166,16 @@ class AnthropicProvider:
                 body["system"] = request.instructions
         if request.tools:
             body["tools"] = to_anthropic_tools(request.tools, cache=self.cache and not request.instructions)
+        forced: str | None = None
+        if request.output_schema is not None:
+            # structured output: a synthetic tool whose input is the answer (`_options`)
+            spec, _ = anthropic_output_tool(request, [t.name for t in request.tools])
+            body["tools"] = [*body.get("tools", []), spec]
+            forced = spec["name"]
+        try:
+            options = anthropic_options(request, forced=forced)
+        except ValueError as e:
+            raise ProviderError(f"{self.name}: {e}", retryable=False) from None
         thinking = _thinking(request.effort, model)
         if isinstance(thinking, int):
             if capped:
@@ -175,6 +189,9 @@ class AnthropicProvider:
             extra["thinking"] = {"type": "adaptive"}
             extra["output_config"] = {"effort": thinking}
         body["max_tokens"] = max_tokens
+        if thinking is not None and forced is not None:
+            options["tool_choice"] = {"type": "auto"}  # extended thinking takes no forced tool choice
+        extra.update(options)
         extra.update(request.options)
         return body, extra
 
@@ -188,7 +205,11 @@ class AnthropicProvider:
             if mapped is None:
                 raise
             raise mapped from exc
-        state = _StreamState(self.prices)
+        output: tuple[str, bool] | None = None
+        if request.output_schema is not None:
+            spec, wrapped = anthropic_output_tool(request, [t.name for t in request.tools])
+            output = (spec["name"], wrapped)
+        state = _StreamState(self.prices, output)
         try:
             raw_events = response.__aiter__()
             while True:
@@ -253,8 +274,10 @@ class _Block:
 class _StreamState:
     """Assembles one streamed message into normalized events."""
 
-    def __init__(self, prices: Prices | None) -> None:
+    def __init__(self, prices: Prices | None, output: tuple[str, bool] | None = None) -> None:
         self.prices = prices
+        self.output = output
+        """(name, wrapped) of the synthetic output tool, whose call is the answer (structured output)."""
         self.blocks: dict[int, _Block] = {}
         self.input_tokens = 0
         self.cache_read = 0
@@ -288,6 +311,10 @@ class _StreamState:
         elif kind == "content_block_stop":
             block = self.blocks.pop(int(event.index), None)
             done = _finish(block) if block is not None else None
+            if isinstance(done, ToolCall) and self.output is not None and done.name == self.output[0]:
+                # the output tool's input is the answer: a text block of its JSON
+                text = output_text(done.arguments, self.output[1])
+                return [TextDelta(text), BlockEnd(Text(text))]
             if isinstance(done, ToolCall):
                 self.had_calls = True
             return [BlockEnd(done)] if done is not None else []
@@ -356,6 +383,8 @@ class _StreamState:
         reason = _STOP.get(self.stop_reason or "end_turn")
         if reason == "stop" and self.had_calls:
             reason = "tool_call"
+        elif reason == "tool_call" and not self.had_calls:
+            reason = "stop"  # only the output tool was called: that is the answer
         done = (
             Done(reason)
             if reason is not None

@@ -14,9 +14,11 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 from stead.messages import Block, Message, Usage
 
 __all__ = [
+    "TOOL_CHOICES",
     "BlockEnd",
     "Done",
     "DoneReason",
+    "ModelOptions",
     "Provider",
     "ProviderRequest",
     "Purpose",
@@ -38,6 +40,51 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+TOOL_CHOICES = ("auto", "required", "none")
+"""The `tool_choice` keywords; any other value names one tool the model must call."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptions:
+    """Vendor-neutral request options (a definition's `model_options:`); each driver maps them to its wire
+    names and refuses the ones its vendor lacks (`stead.providers.options`). None: the vendor's default.
+
+    `tool_choice`: `auto`, `required` (some tool must be called), `none`, or the name of one tool.
+    `max_tokens`: the answer's token limit."""
+
+    tool_choice: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    def items(self) -> dict[str, Any]:
+        """The options that are set (name → value)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @staticmethod
+    def decode(raw: dict[str, Any] | None) -> ModelOptions:
+        """From the stored mapping (`AgentConfig.model_options`, already checked)."""
+        if not raw:
+            return NO_OPTIONS
+        data = dict(raw)
+        if isinstance(data.get("stop"), list):
+            data["stop"] = tuple(data["stop"])
+        return ModelOptions(**data)
+
+
+NO_OPTIONS = ModelOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +111,14 @@ class ProviderRequest:
     options: dict[str, Any] = field(default_factory=dict)
     purpose: Purpose = "turn"
     max_output_tokens: int | None = None
+    model_options: ModelOptions = NO_OPTIONS
+    """Sampling and tool-choice options, mapped per vendor (`options` is the raw body, merged last)."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON schema the answer must satisfy, sent as the vendor's native structured output (OpenAI
+    `response_format` `json_schema`, Anthropic a forced tool whose input is the answer). The answer comes
+    back as one `Text` block holding the JSON."""
+    output_name: str = "result"
+    """The schema's name on the wire (letters, digits, `_`, `-`; at most 64)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from stead.providers import _errors
 from stead.providers._client import LoopBoundClient
 from stead.providers._context import parse_arguments, to_openai_messages, to_openai_tools
 from stead.providers._naming import wire_model
+from stead.providers._options import openai_options, openai_response_format
 from stead.providers._pricing import Prices
 from stead.providers.base import (
     BlockEnd,
@@ -60,9 +61,12 @@ class OpenAIProvider:
       otherwise `ProviderRequest.model` is sent without a vendor prefix (`openai:gpt-4.1` -> `gpt-4.1`).
     - `prices`: when set, `Usage.cost` is filled in.
     - `client`: an `openai.AsyncOpenAI` to use as is (its retry settings are then yours).
-    - `ProviderRequest.effort` becomes `reasoning_effort`; `ProviderRequest.options` are merged into the
-      request body (e.g. `{"temperature": 0.2}`).
-    - `ProviderRequest.max_output_tokens` (the kernel's output cap, MR1) is sent as `max_tokens_field`:
+    - `ProviderRequest.effort` becomes `reasoning_effort`; `ProviderRequest.model_options` are mapped to
+      Chat Completions fields (`stead.providers._options`); `ProviderRequest.output_schema` is sent as
+      `response_format` `json_schema`; `ProviderRequest.options` are merged into the request body last
+      (e.g. `{"logit_bias": {...}}`).
+    - `ProviderRequest.max_output_tokens` (the kernel's output cap, MR1; a definition's
+      `model_options.max_tokens` is that cap) is sent as `max_tokens_field`:
       `max_completion_tokens` for OpenAI itself (its reasoning models refuse `max_tokens`), `max_tokens`
       for a server at a `base_url` (llama.cpp, Ollama, vLLM and LM Studio all read it). The default follows
       `base_url`; the catalog's `openai` vendor always uses `max_completion_tokens`.
@@ -130,6 +134,13 @@ class OpenAIProvider:
             extra["reasoning_effort"] = request.effort
         if request.max_output_tokens is not None:
             body[self.max_tokens_field] = request.max_output_tokens
+        try:
+            extra.update(openai_options(request, compatible=self.base_url is not None))
+        except ValueError as e:
+            raise ProviderError(f"{self.name}: {e}", retryable=False) from None
+        response_format = openai_response_format(request)
+        if response_format is not None:
+            extra["response_format"] = response_format
         extra.update(request.options)
         return body, extra
 
