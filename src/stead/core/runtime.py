@@ -307,7 +307,11 @@ class AgentRuntime(AgentState):
     def _lease_lost(self, e: LeaseLost) -> None:
         """W2: another worker holds the agent now: stop here for good, never retry, write and emit nothing."""
         if e.retaken and self.owned:
-            return  # W6: a loop that outlived a lease this process took again stops; a new loop runs it
+            # W6: a loop that outlived a lease this process took again stops; a new loop runs it. What the
+            # old loop computed is not committed under the new lease (a durable call runs again), whether
+            # the new loop looks before or after the old one's run returned
+            self.outcomes.clear()
+            return
         log.warning("agent %s: lease lost, stopping its loop in this process: %s", self.id, e)
         self.disown()
         lost = self.env.lease_lost
