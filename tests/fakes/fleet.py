@@ -479,6 +479,8 @@ FAULTS = (
     "stop_any",  # SIGSTOP a random worker at a random moment
     "kill",  # SIGKILL a random worker; a replacement starts
 )
+_RESTARTS = asyncio.Lock()
+"""Restarts of the cluster never overlap (one chaos scenario, one event loop per process)."""
 RESTART = "pg_restart"  # restart the PostgreSQL cluster (only with a cluster to restart)
 
 
@@ -694,8 +696,11 @@ async def _fault(
     elif kind == RESTART and cluster is not None:
         version, name = cluster.split("/", 1)
         cmd = ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart", "-m", "fast"]
-        fleet.note(f"restarting PostgreSQL {cluster}")
-        await asyncio.to_thread(subprocess.run, cmd, check=True, timeout=120, capture_output=True)
+        async with _RESTARTS:  # one restart at a time: two overlapping pg_ctlcluster restarts fail one
+            fleet.note(f"restarting PostgreSQL {cluster}")
+            done = await asyncio.to_thread(subprocess.run, cmd, timeout=120, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed: {(done.stderr or done.stdout).strip()}")
         fleet.stats["pg_restarts"] += 1
         fleet.note("PostgreSQL is back")
 
