@@ -22,6 +22,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -479,8 +480,15 @@ FAULTS = (
     "stop_any",  # SIGSTOP a random worker at a random moment
     "kill",  # SIGKILL a random worker; a replacement starts
 )
-_RESTARTS = asyncio.Lock()
-"""Restarts of the cluster never overlap (one chaos scenario, one event loop per process)."""
+_RESTARTS = threading.Lock()
+"""Restarts of the cluster never overlap: two overlapping pg_ctlcluster restarts fail one of them."""
+
+
+def _restart(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    with _RESTARTS:
+        return subprocess.run(cmd, timeout=120, capture_output=True, text=True)
+
+
 RESTART = "pg_restart"  # restart the PostgreSQL cluster (only with a cluster to restart)
 
 
@@ -696,11 +704,10 @@ async def _fault(
     elif kind == RESTART and cluster is not None:
         version, name = cluster.split("/", 1)
         cmd = ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart", "-m", "fast"]
-        async with _RESTARTS:  # one restart at a time: two overlapping pg_ctlcluster restarts fail one
-            fleet.note(f"restarting PostgreSQL {cluster}")
-            done = await asyncio.to_thread(subprocess.run, cmd, timeout=120, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {(done.stderr or done.stdout).strip()}")
+        fleet.note(f"restarting PostgreSQL {cluster}")
+        done = await asyncio.to_thread(_restart, cmd)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {(done.stderr or done.stdout).strip()}")
         fleet.stats["pg_restarts"] += 1
         fleet.note("PostgreSQL is back")
 
