@@ -97,9 +97,21 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
 
     from stead.store.postgres import parse_postgres_url
 
-    with psycopg.connect(parse_postgres_url(url)[0], autocommit=True) as conn:
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description is not None else []
+    # the chaos restarts the server it reads: this observer (not stead) waits out a restart, bounded
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = psycopg.connect(parse_postgres_url(url)[0], autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            _RESTARTS.acquire()  # a restart of ours in progress ends before the next try
+            _RESTARTS.release()
+            time.sleep(0.2)
+            continue
+        with conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
 
 
 def wait_for(check: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -650,7 +662,7 @@ async def _fault(
             # its own long call (6 s): the woken worker comes back while the new owner's re-run works
             durable = [i for i in range(fleet.n) if CHAOS_FLAGS[i % 4] == "durable"]
             aid = f"ag{random.Random(since).choice(durable):03d}"
-            mid = f"fw{len(fleet.extra)}"
+            mid = f"fw{sum(len(ids) for ids in fleet.extra.values())}"  # unique per scenario
             fleet.extra.setdefault(aid, []).append(mid)
             with contextlib.suppress(stead.StoreError):
                 await (await client.get(aid)).send(f"{mid} ms=6000", id=mid)
