@@ -106,23 +106,22 @@ async def serve(db_url: str, tmp_path: Path) -> AsyncIterator[Callable[[Calls], 
             await system.close()
 
 
-async def _run_polling(live: Live) -> tuple[list[str], float, float]:
-    """Run the agent over HTTP while polling /healthz: (the tool results, the run's seconds, the slowest
-    /healthz answer in seconds)."""
+async def _run_polling(live: Live) -> tuple[list[str], float, list[float]]:
+    """Run the agent over HTTP while polling /healthz: (the tool results, the run's seconds, every
+    /healthz answer's seconds)."""
     r = await live.http.post("/v1/agents", json={"definition": "reader"}, headers=bearer(A))
     assert r.status_code == 201, r.text
     agent_id = r.json()["id"]
-    slowest = 0.0
+    answers: list[float] = []
     done = asyncio.Event()
 
     async def poll() -> None:
-        nonlocal slowest
         async with httpx.AsyncClient(base_url=live.base, timeout=30) as probe:
             while not done.is_set():
                 started = time.monotonic()
                 answer = await probe.get("/v1/healthz")
                 assert answer.status_code == 200
-                slowest = max(slowest, time.monotonic() - started)
+                answers.append(time.monotonic() - started)
                 await asyncio.sleep(0.01)  # the probe's pace, not a synchronization
 
     async with httpx.AsyncClient(base_url=live.base, timeout=30) as probe:  # for the failure message only
@@ -147,7 +146,23 @@ async def _run_polling(live: Live) -> tuple[list[str], float, float]:
         await poller
     history = await agent.history()
     outputs = [b.output for m in history for b in m.content if isinstance(b, stead.ToolResult)]
-    return outputs, took, slowest
+    return outputs, took, answers
+
+
+def _assert_healthz_answered(answers: list[float], live: Live) -> None:
+    """`/healthz` answered within 100 ms all the while: at least 95 of 100 answers within 100 ms, and
+    none stalled for a second. A computation on the event loop stalls it until its deadline or longer (2 s
+    here; 6.5 s measured before SEC4), so this fails whenever the loop waits for one; what it tolerates is a
+    rare answer delayed by the machine (on a CPU-starved 2-core runner one answer took 0.5 s with no frame
+    of this process running: the scheduler, not the service)."""
+    assert answers, "no /healthz answer during the run"
+    ordered = sorted(answers)
+    p95 = ordered[int(0.95 * (len(ordered) - 1))]
+    where = (
+        f"{len(answers)} answers, p95 {p95:.3f}s, slowest {ordered[-1]:.3f}s (idle: {live.idle_healthz:.3f}s)"
+    )
+    assert p95 < 0.1, where
+    assert ordered[-1] < 1.0, where
 
 
 async def test_SEC4_a_redos_pattern_in_artifact_grep_and_a_pipeline_grep_answers_at_once(
@@ -160,11 +175,11 @@ async def test_SEC4_a_redos_pattern_in_artifact_grep_and_a_pipeline_grep_answers
             ("run_pipeline", {"stages": [{"tool": "evil_lines"}, {"grep": EVIL}, {"count": True}]}),
         ]
     )
-    outputs, took, slowest = await _run_polling(live)
+    outputs, took, answers = await _run_polling(live)
     assert outputs[1].startswith("0 matching lines")  # RE2: linear time, and the right answer
     assert outputs[2].startswith("0")
     assert took < 10, took
-    assert slowest < 0.1, f"slowest /healthz {slowest:.3f}s (before the run: {live.idle_healthz:.3f}s)"
+    _assert_healthz_answered(answers, live)
 
 
 async def test_SEC4_a_jmespath_blow_up_ends_with_an_error_within_its_deadline_and_healthz_answers(
@@ -179,10 +194,10 @@ async def test_SEC4_a_jmespath_blow_up_ends_with_an_error_within_its_deadline_an
             ("run_pipeline", {"stages": [{"value": "x" * 100}, {"path": SHARE}, {"count": True}]}),
         ]
     )
-    outputs, took, slowest = await _run_polling(live)
+    outputs, took, answers = await _run_polling(live)
     blown, piped, shared = outputs[1:]
     assert "did not finish within 2 seconds" in blown or "more memory" in blown, blown
     assert "deadline" in piped or "more memory" in piped, piped
     assert "grew past 1,000,000 characters" in shared, shared
     assert took < 2 + 2 + 10, took  # two deadlines and the rest
-    assert slowest < 0.1, f"slowest /healthz {slowest:.3f}s (before the run: {live.idle_healthz:.3f}s)"
+    _assert_healthz_answered(answers, live)
