@@ -334,14 +334,14 @@ def respond(request: stead.ProviderRequest) -> ScriptedResponse:
         return ScriptedResponse(blocks=blocks, error="fatal provider failure (scripted)", retryable=False)
     if n >= count:
         return resp
-    total = len(_events(resp))
+    total = len(_events(resp, request))
     if flaw == "R":
         resp.error, resp.retryable, resp.end_after = "rate limited (scripted)", True, min(cut, total - 2)
     elif flaw == "E":
         resp.end_after = min(cut, total - 2)
     elif flaw == "H":
         resp.half_block = "a half-streamed blo"
-        evs = _events(resp)
+        evs = _events(resp, request)
         resp.end_after = next(i for i, e in enumerate(evs) if getattr(e, "text", None) == resp.half_block) + 1
     return resp
 
@@ -758,6 +758,31 @@ class Markers:
             self.violations.append(f"(incarnation {inc}) {line[10:]}")
 
 
+EXPECTED_TURN_FAILURES = ("(scripted)", "the model's response ended before it was complete")
+
+
+def unexpected_turn_failures(db: Path) -> list[str]:
+    """A failed turn must be one the plan scripted (a fatal or exhausted provider flaw, a cut stream). Any
+    other failure — an exception in the harness's own responder, say — would silently turn the flaws it
+    exists to exercise into failed turns (it did so for seeds 7000–7150 once), so it is a violation. Reads
+    the history and the archive directly."""
+    conn = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        rows = list(conn.execute("SELECT agent_id, record FROM history"))
+        if "history_archive" in tables:
+            rows += list(conn.execute("SELECT agent_id, record FROM history_archive"))
+    finally:
+        conn.close()
+    out = []
+    for aid, raw in rows:
+        rec = json.loads(raw)
+        text = str(rec.get("x", "")) if rec.get("k") == "s" else ""
+        if text.startswith("The last turn failed:") and not any(e in text for e in EXPECTED_TURN_FAILURES):
+            out.append(f"{aid}: unexpected turn failure: {text[:300]}")
+    return out
+
+
 def check_final(
     snap: Snapshot,
     markers: Markers,
@@ -962,6 +987,7 @@ async def run_seed(seed: int, workdir: Path | None = None) -> SeedResult:
         if not violations:
             violations += check_final(snap, markers, read_effects(Path(str(db) + ".effects")), committed_in)
             violations += check_requests(read_requests([requests_path(db)]), stored_sqlite(db), HELD)
+            violations += unexpected_turn_failures(db)
             violations += await reload_twice(db)
         stats = _stats(snap, read_effects(Path(str(db) + ".effects")), markers)
         stats["requests_checked"] = len(read_requests([requests_path(db)]))
@@ -1055,6 +1081,7 @@ async def run_flaky_seed(seed: int, workdir: Path | None = None) -> SeedResult:
         effects = read_effects(Path(str(db) + ".effects"))
         violations += check_final(snap, markers, effects, {})
         violations += check_requests(read_requests([requests_path(db)]), stored_sqlite(db), HELD)
+        violations += unexpected_turn_failures(db)
         violations += await reload_twice(db)
         stats = _stats(snap, effects, markers)
         stats["transient_failures"] = faults.transient_failures

@@ -211,3 +211,22 @@ def test_the_request_log_survives_and_is_checked_against_the_store(tmp_path: Pat
     assert len(logged) == 2  # summary requests are not conversations
     violations = R.check_requests(logged, STORED)
     assert len(violations) == 1 and "['c1'] have no result" in violations[0], violations
+
+
+def test_a_turn_failure_the_plan_did_not_script_is_a_violation(tmp_path: Path) -> None:
+    """A responder bug (`_events()` called with a missing argument, once) fails every flawed turn with a
+    TypeError: the retries the flaws exist to exercise would never run, so such a failure is a violation."""
+    import sqlite3
+
+    db = tmp_path / "planted.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE history(agent_id TEXT, seq INTEGER, record TEXT)")
+    ok = {"k": "s", "x": "The last turn failed: rate limited (scripted)"}
+    bad = {"k": "s", "x": "The last turn failed: TypeError: _events() missing 1 required positional argument"}
+    conn.executemany(
+        "INSERT INTO history VALUES(?,?,?)", [("agent0", 1, json.dumps(ok)), ("agent1", 1, json.dumps(bad))]
+    )
+    conn.commit()
+    conn.close()
+    (violation,) = H.unexpected_turn_failures(db)
+    assert violation.startswith("agent1: unexpected turn failure: The last turn failed: TypeError")

@@ -157,6 +157,47 @@ async def test_P8_a_steered_message_rejects_pending_approvals(db_url: str) -> No
         assert not late.decided and late.status == "rejected"
 
 
+async def test_P8_a_decision_committed_just_before_the_steered_rejection_wins(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """T2 under a race (chaos seed 7114): the agent saw every call held and a steered message queued, but
+    an approval committed before its rejecting transaction began. The approved call must run and answer
+    its call before the steered message; it must not stay held while the model is asked without it."""
+    import stead.core.runtime as runtime
+
+    original = runtime.reject_for_steer
+    approved: list[str] = []
+
+    async def approve_first(st: object, pending: object, take: object) -> bool:
+        if not approved:
+            (a,) = await system.approvals()
+            approved.append(a.id)
+            assert (await system.approve(a.id)).decided
+        return await original(st, pending, take)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime, "reject_for_steer", approve_first)
+    requests: list[stead.ProviderRequest] = []
+
+    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+        requests.append(request)
+        return support.respond(request)
+
+    async with stead.open(
+        db_url, approvals=True, providers={"scripted": ScriptedProvider(respond)}, tools=support.TOOLS
+    ) as system:
+        agent = await system.create(provider="scripted", model="m", tools=["delete_file"])
+        await agent.send("call delete_file")
+        await agent.wait_idle(timeout=TIMEOUT)
+        await agent.steer("never mind, do something else")
+        await agent.wait_idle(timeout=TIMEOUT)
+        assert approved and agent.state == "idle" and ran["delete_file"] == 1
+        assert (await system.approval(approved[0])).status == "approved"
+        assert results(await agent.history())["delete_file"] == ("deleted a.txt", False)
+        for request in requests[1:]:  # every later request answers the call right after it
+            roles = [m.role for m in request.messages]
+            assert roles[roles.index("assistant") + 1] == "tool", roles
+
+
 async def test_abort_cancels_pending_approvals(db_url: str) -> None:
     async with open_system(db_url) as system:
         agent = await system.create(provider="scripted", model="m", tools=["delete_file"])

@@ -62,8 +62,12 @@ async def _entry(tx: Tx, agent_id: str, call_id: str) -> HeldCall | None:
 
 async def held_calls(tx: Tx, agent_id: str) -> list[HeldCall]:
     """The calls of the agent's dispatched batch that wait for a decision, in call order."""
+    return _held_entries(await tx.read_prefix(agent_id, R.TOOL))
+
+
+def _held_entries(entries: list[tuple[str, str]]) -> list[HeldCall]:
     out: list[HeldCall] = []
-    for key, raw in await tx.read_prefix(agent_id, R.TOOL):
+    for key, raw in entries:
         d = json.loads(raw)
         gate = Gate.decode(d.get(GATE_KEY))
         if gate is not None and gate.held:
@@ -151,16 +155,22 @@ async def refuse_call(
     return True
 
 
-async def reject_for_steer(st: AgentState, pending: Pending, take: list[Queued]) -> None:
+async def reject_for_steer(st: AgentState, pending: Pending, take: list[Queued]) -> bool:
     """One transaction: every held call of the batch gets the steered-message rejection, the steered
     message(s) `take` are consumed (with the settings they carry), and the pending record owes a fresh
-    inference. The caller checked that nothing else of the batch is unanswered."""
+    inference. The caller saw every unanswered call of the batch held; that is checked again in this
+    transaction, because a decision may have committed since (T2): a call approved in between must run
+    before the batch ends, so nothing is written and False is returned (the next stage runs it)."""
     settings, reset = apply_settings(st, take)
     inf = new_id()
     turn = Turn(inf, pending, take, settings=settings, reset=reset)
     decided: list[tuple[str, Gate]] = []
     async with st.env.store.transaction() as tx:
-        for entry in await held_calls(tx, st.id):
+        entries = await tx.read_prefix(st.id, R.TOOL)
+        held = _held_entries(entries)
+        if not held or len(held) != len(entries):
+            return False
+        for entry in held:
             cid = entry.call.id or ""
             assert entry.gate is not None
             if st.hooks.wants("call_decided_tx"):
@@ -183,3 +193,4 @@ async def reject_for_steer(st: AgentState, pending: Pending, take: list[Queued])
                     st.emit(ApprovalDecided(cid, gate.ref, "rejected", STEERED_TEXT, pending.run_id))
 
         tx.after_commit(published)
+    return True

@@ -383,7 +383,7 @@ class AgentRuntime(AgentState):
         self._stage_read = True  # the store answered this stage's reads: a later failure may be poison (C7)
         if steer_rejects:
             assert take
-            await reject_for_steer(self, pending, take)
+            await reject_for_steer(self, pending, take)  # False: a decision came first; the next stage runs
             return True
         if pending.stage == "tools":
             await run_batch(self, pending, decode_batch(entries), gates)
