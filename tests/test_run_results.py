@@ -252,3 +252,54 @@ async def test_agent_config_is_a_read_only_copy(db_url: str) -> None:
         assert agent.config.tools == ["add"]
         assert agent.config.extra == {"k": [1]}
         assert agent.config.instructions == "be brief"
+
+
+class _CountingTx:
+    """Wraps a transaction: counts the history records its reads return."""
+
+    def __init__(self, tx: object) -> None:
+        self.tx = tx
+        self.records_read = 0
+        self.whole_loads = 0
+
+    async def load(self, agent_id: str) -> list[str]:
+        self.whole_loads += 1
+        out: list[str] = await self.tx.load(agent_id)  # type: ignore[attr-defined]
+        self.records_read += len(out)
+        return out
+
+    async def load_before(self, agent_id: str, before: int | None, limit: int) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = await self.tx.load_before(agent_id, before, limit)  # type: ignore[attr-defined]
+        self.records_read += len(out)
+        return out
+
+    async def load_archive(self, agent_id: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = await self.tx.load_archive(agent_id)  # type: ignore[attr-defined]
+        self.records_read += len(out)
+        return out
+
+
+async def test_run_result_is_read_in_O_run_not_O_history(db_url: str) -> None:
+    """Issue 23 item 5: a settled run's result is read from the end of the history, as far back as the
+    run — not the whole transcript — and equals the whole-history scan, for the last run and an old one."""
+    from stead.core.results import read_run_state, run_state
+
+    async with stead.open(
+        db_url, providers={"scripted": ScriptedProvider(tool_loop("add", 2))}, tools=[add]
+    ) as system:
+        agent = await system.create(provider="scripted", model="m", tools=["add"])
+        first = await agent.run("call add 1 2", id="first")
+        for i in range(40):
+            await agent.run(f"hello {i}", id=f"m{i}")
+        last = await agent.run("call add 3 4", id="last")
+        async with system.store.transaction() as tx:
+            everything = [json.loads(r) for r in await tx.load(agent.id)]
+            spy = _CountingTx(tx)
+            state = await read_run_state(spy, agent.id, "last")  # type: ignore[arg-type]
+            assert state is not None and state.result is not None
+            assert spy.whole_loads == 0 and spy.records_read <= 32  # the run's own records and a page
+            assert state.result == run_state(everything, "last").result  # type: ignore[union-attr]
+            old = await read_run_state(tx, agent.id, "first")
+            assert old is not None and old.result == run_state(everything, "first").result  # type: ignore[union-attr]
+        assert first.ok and last.ok
+        assert len(everything) > 120

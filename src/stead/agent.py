@@ -28,7 +28,7 @@ from stead.core.gate import decode_gates
 from stead.core.hooks import CompactionInfo
 from stead.core.outcome import Outcome
 from stead.core.records import PAYLOAD_METADATA, Pending
-from stead.core.results import RunResult, read_run_state, waiting_result
+from stead.core.results import RunResult, read_run_records, read_run_state, waiting_result
 from stead.core.runtime import AgentRuntime, Inbound, inside_agent
 from stead.core.structured import OUTPUT_SCHEMA_METADATA, check_output_schema, parse_answer
 from stead.errors import (
@@ -321,19 +321,14 @@ class Agent:
 
         Consumption moves the message from the queue to the history in one transaction (C1), but on
         PostgreSQL a transaction that only reads runs each read in its own snapshot, so a consumption can
-        commit between the history read and the queue read. A message the queue read no longer finds is
-        in the history from then on: the history is read again after such a queue read (W7)."""
+        commit between two reads. The queue is read first: a message it no longer holds is in the history
+        at every later read (W7). The history is read from its end, only as far back as the run (O(run)).
+        """
         async with self._rt.env.store.transaction() as tx:
-            state = await read_run_state(tx, self.id, message_id)
-            queued = False
-            if state is None:
-                queued = any(
-                    json.loads(v).get("id") == message_id
-                    for _, v in await tx.read_prefix(self.id, R.QUEUE)
-                    if v
-                )
-                if not queued:
-                    state = await read_run_state(tx, self.id, message_id)
+            queued = any(
+                json.loads(v).get("id") == message_id for _, v in await tx.read_prefix(self.id, R.QUEUE) if v
+            )
+            state = None if queued else await read_run_state(tx, self.id, message_id)
         if state is None:
             if queued:
                 return None
@@ -360,15 +355,14 @@ class Agent:
                 return None
             if any(v for k, v in await tx.read_prefix(self.id, R.STEER)):
                 return None
-            records = [json.loads(r) for r in await tx.load(self.id)]
-        return waiting_result(records, message_id) or RunResult(
-            "", Outcome.AWAITING_INPUT, "", [], Usage(0, 0), None, message_id
-        )
+            records = await read_run_records(tx, self.id, message_id)
+        so_far = None if records is None else waiting_result(records, message_id)
+        return so_far or RunResult("", Outcome.AWAITING_INPUT, "", [], Usage(0, 0), None, message_id)
 
     async def _waiting_result(self, message_id: str) -> RunResult | None:
         async with self._rt.env.store.transaction() as tx:
-            records = [json.loads(r) for r in await tx.load(self.id)]
-        return waiting_result(records, message_id)
+            records = await read_run_records(tx, self.id, message_id)
+        return None if records is None else waiting_result(records, message_id)
 
     # ------------------------------------------------------------------ held calls (approvals)
     async def approvals(self, status: ApprovalStatus | None = "pending") -> list[Approval]:

@@ -19,7 +19,7 @@ from stead.core.records import build_messages, full_records
 from stead.messages import Message, Usage
 from stead.store.base import Tx
 
-__all__ = ["RunResult", "RunState", "read_run_state", "run_state", "waiting_result"]
+__all__ = ["RunResult", "RunState", "read_run_records", "read_run_state", "run_state", "waiting_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,17 +105,47 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
     return RunState(run_id, None)
 
 
+async def read_run_records(tx: Tx, agent_id: str, message_id: str) -> list[dict[str, Any]] | None:
+    """The current-history records of the run that consumed `message_id`, read from the end: from just
+    after the end record that precedes the message's consumed-input record, to the last record. None when
+    the message is not in the current history. Costs O(records since that run began), not O(history):
+    `run_state` and `waiting_result` over this slice equal them over the whole history (everything before
+    it is settled runs that cannot match the message)."""
+    tail: list[dict[str, Any]] = []  # newest first
+    found = False
+    before: int | None = None
+    limit = 32
+    while True:
+        page = await tx.load_before(agent_id, before, limit)
+        for _, raw in page:
+            rec = json.loads(raw)
+            if found and rec.get("k") == "e":
+                tail.reverse()
+                return tail
+            tail.append(rec)
+            if not found and rec.get("k") == "u" and rec.get("id") == message_id:
+                found = True
+        if len(page) < limit:
+            if not found:
+                return None
+            tail.reverse()
+            return tail
+        before = page[-1][0]
+        limit = min(limit * 4, 4096)
+
+
 async def read_run_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:
     """`run_state` over the committed history of `agent_id`, read inside `tx` — with the records earlier
-    compactions archived when the message is not in the current history (K1: a compaction never loses a
-    run's result)."""
-    current = [json.loads(r) for r in await tx.load(agent_id)]
-    state = run_state(current, message_id)
+    compactions archived when the message's run is not settled in the current history (K1: a compaction
+    never loses a run's result). A settled run is found reading only its own records (`read_run_records`)."""
+    tail = await read_run_records(tx, agent_id, message_id)
+    state = None if tail is None else run_state(tail, message_id)
     if state is not None and state.result is not None:
         return state
     archive = await tx.load_archive(agent_id)
     if not archive:
         return state
+    current = [json.loads(r) for r in await tx.load(agent_id)]
     return run_state(full_records(archive, current), message_id)
 
 

@@ -61,6 +61,7 @@ __all__ = ["SCHEMA_VERSION", "PgStats", "PostgresStore", "parse_postgres_url"]
 log = logging.getLogger("stead.store")
 
 _HI = "\U0010ffff"
+_SEQ_END = 2**62  # above every history seq: `load_before(before=None)` reads from the end
 _OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float}
 LEASE_LOCK_TIMEOUT = b"SET LOCAL lock_timeout = '2s'"
 """Sweeps, claims and releases never hang on a lock (a frozen transaction): they fail and retry later."""
@@ -849,6 +850,15 @@ class _PgTx:
             conn, b"SELECT record FROM history WHERE agent_id = %s ORDER BY seq", (agent_id,)
         )
         return [str(r[0]) for r in rows]
+
+    async def load_before(self, agent_id: str, before: int | None, limit: int) -> list[tuple[int, str]]:
+        conn = await self._c("load_before", agent_id)
+        rows = await self._rows(
+            conn,
+            b"SELECT seq, record FROM history WHERE agent_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s",
+            (agent_id, _SEQ_END if before is None else before, limit),
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
 
     async def clear(self, agent_id: str) -> None:
         conn = await self._w("clear", agent_id)

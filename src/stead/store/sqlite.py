@@ -57,6 +57,7 @@ from stead.store.faults import Faults
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
 
 log = logging.getLogger("stead.store")
+_SEQ_END = 2**62  # above every history seq: `load_before(before=None)` reads from the end
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -521,6 +522,14 @@ class _SqliteTx:
             "load", "SELECT record FROM history WHERE agent_id=? ORDER BY seq", (agent_id,)
         ).fetchall()
         return [r[0] for r in rows]
+
+    async def load_before(self, agent_id: str, before: int | None, limit: int) -> list[tuple[int, str]]:
+        rows = self._r(
+            "load_before",
+            "SELECT seq, record FROM history WHERE agent_id=? AND seq<? ORDER BY seq DESC LIMIT ?",
+            (agent_id, _SEQ_END if before is None else before, limit),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
 
     async def clear(self, agent_id: str) -> None:
         self._w("clear").execute("DELETE FROM history WHERE agent_id=?", (agent_id,))
