@@ -27,6 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import stead
+import stead.memory._retrieval as retrieval
 from stead.memory import AgentMemory, MemoryConfig, MemoryPlugin, MiniLMEmbedder, Scope
 from stead.memory._model import text_hash
 from stead.testing import ScriptedProvider
@@ -49,6 +50,8 @@ class RandomEmbedder:
         return [x / n for x in v]
 
     async def embed(self, texts: Sequence[str], *, kind: str = "document") -> list[list[float]]:
+        if kind == "query":  # the same query, the same vector: both search paths are asked the same
+            return [RandomEmbedder(sum(map(ord, t)) * 7919 + len(t)).one() for t in texts]
         return [self.one() for _ in texts]
 
 
@@ -89,13 +92,30 @@ async def search_latency(n: int, users: int, queries: int) -> dict[str, float]:
             await fill(system, n, users, rng, vocab)
             memory = system.memory
             await memory.search("w1 w2 w3", user="u0")  # loads the vector index (once per process)
-            times: list[float] = []
-            for _ in range(queries):
-                q = " ".join(rng.choice(vocab) for _ in range(6))
-                t0 = time.perf_counter()
-                await memory.search(q, user="u0", limit=5)
-                times.append((time.perf_counter() - t0) * 1000)
-    return {"p50_ms": round(pct(times, 0.5), 2), "p95_ms": round(pct(times, 0.95), 2)}
+            qs = [" ".join(rng.choice(vocab) for _ in range(6)) for _ in range(queries)]
+            out: dict[str, float] = {}
+            listed: list[list[str]] = []
+            # before issue 23: list every visible note, score those; after: score every vector, check the
+            # best (a scope wider than WIDE_SCOPE). Same queries, same store, same process; same answers.
+            for label, wide in (("listing", 10**12), ("", retrieval.WIDE_SCOPE)):
+                saved, retrieval.WIDE_SCOPE = retrieval.WIDE_SCOPE, wide
+                try:
+                    times: list[float] = []
+                    answers = []
+                    for q in qs:
+                        t0 = time.perf_counter()
+                        answers.append([n.id for n in await memory.search(q, user="u0", limit=5)])
+                        times.append((time.perf_counter() - t0) * 1000)
+                finally:
+                    retrieval.WIDE_SCOPE = saved
+                prefix = f"{label}_" if label else ""
+                out[f"{prefix}p50_ms"] = round(pct(times, 0.5), 2)
+                out[f"{prefix}p95_ms"] = round(pct(times, 0.95), 2)
+                if label:
+                    listed = answers
+                else:
+                    out["same_answers"] = float(answers == listed)
+    return out
 
 
 async def minilm_query_ms(samples: int = 30) -> dict[str, float]:
@@ -177,13 +197,15 @@ async def run_costs(embedder: Any, n_notes: int, runs: int) -> dict[str, float]:
     return out
 
 
-async def main(sizes: list[int], queries: int, runs: int) -> dict[str, Any]:
+async def main(sizes: list[int], queries: int, runs: int, search_only: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {"search": {}}
     for n in sizes:
         for users in (1, 1000):
             key = f"{n} notes, {'1 user (all candidates)' if users == 1 else '1000 users'}"
             result["search"][key] = await search_latency(n, users, queries)
             print(key, result["search"][key], flush=True)
+    if search_only:
+        return result
     result["minilm query embedding"] = await minilm_query_ms()
     print("minilm query embedding", result["minilm query embedding"], flush=True)
     result["runs, random vectors, 10000 notes"] = await run_costs(RandomEmbedder(), 10_000, runs)
@@ -195,9 +217,10 @@ async def main(sizes: list[int], queries: int, runs: int) -> dict[str, Any]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--sizes", default="10000,100000", help="note counts (e.g. 10000,100000,1000000)")
+    parser.add_argument("--search-only", action="store_true", help="skip the per-run costs")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(json.dumps(asyncio.run(main(sizes, args.queries, args.runs)), indent=2))
+    print(json.dumps(asyncio.run(main(sizes, args.queries, args.runs, args.search_only)), indent=2))

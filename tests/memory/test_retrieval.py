@@ -236,3 +236,52 @@ async def test_changing_the_embedder_re_embeds_lazily_and_expiry_is_audited(db_u
         assert models == ["hash-384", "hash-384", "hash-64"]  # the archived (expired) note is not re-embedded
         assert [e.event for e in await system.memory.events()][-1] == "expired"
         assert [n.status for n in await system.memory.notes() if n.text == "Old guess."] == ["archived"]
+
+
+async def test_M5_a_scope_too_wide_to_list_gets_the_same_answer_and_isolation(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 4: past `WIDE_SCOPE` visible notes a search scores every vector first and asks SQL
+    which of the best are visible. Same notes, same order, as listing the visible notes — and no note of
+    another user, tenant, primary scope or secondary region, nor an archived or deleted one, ever shows."""
+    import random
+
+    import stead.memory._retrieval as retrieval
+
+    rng = random.Random(5)
+    words = ["cat", "dog", "train", "seat", "window", "coffee", "tea", "invoice", "euro", "plan", "hours"]
+    async with open_memory(db_url) as system:
+        m = system.memory
+        made = []
+        for i in range(120):
+            text = " ".join(rng.choice(words) for _ in range(4)) + f" fact {i}."
+            kw: dict[str, object] = {}
+            pick = i % 6
+            if pick == 1:
+                kw["user"] = "other"
+            elif pick == 2:
+                kw["tenant"] = "t2"
+            elif pick == 3:
+                kw["primary"] = "account:7"
+            elif pick == 4:
+                kw["secondary"] = {"region": rng.choice(["eu", "us"])}
+            made.append((await m.add(text, **kw), pick))  # type: ignore[arg-type]
+        for note, pick in made[:12]:
+            if pick == 0:
+                await (m.archive if note.text < "m" else m.delete)(note.id)
+        queries = [" ".join(rng.choice(words) for _ in range(3)) for _ in range(25)]
+        callers: list[dict[str, object]] = [{}, {"user": "other"}, {"secondary": {"region": "eu"}}]
+
+        async def answers() -> list[list[str]]:
+            out = []
+            for q in queries:
+                for caller in callers:
+                    out.append([n.id for n in await m.search(q, limit=8, **caller)])  # type: ignore[arg-type]
+            return out
+
+        listed = await answers()
+        monkeypatch.setattr(retrieval, "WIDE_SCOPE", 3)
+        wide = await answers()
+        assert wide == listed and any(listed)
+        hidden = {n.id for n, pick in made if pick in (2, 3)} | {n.id for n, _ in made[:12] if _ == 0}
+        assert not hidden & {i for ids in wide for i in ids}

@@ -38,6 +38,10 @@ Strategy: TypeAlias = Literal["relevant", "recent", "priority"]
 STRATEGIES: tuple[str, ...] = ("relevant", "recent", "priority")
 POOL = 20
 """How many hits each list contributes to the fusion."""
+WIDE_SCOPE = 2000
+"""Past this many visible items — and a fifth of the stored vectors — a search scores every vector and checks
+the best for visibility, instead of listing the visible items and scoring those (the same answer; reading
+100,000 ids from the store costs more than 100,000 dot products)."""
 
 Reranker: TypeAlias = Callable[[str, list[Note]], Awaitable[list[Note]]]
 
@@ -186,24 +190,49 @@ class Retriever:
                 got = await self.embed([query], kind="query")
                 qvec = got[0] if got else None
             async with self.store.transaction() as tx:
-                plain, dims = await rows.candidates(tx, kind, scope, provisional=provisional, tainted=tainted)
-                denied = {s for s, sec in dims if not _admits(scope, sec)}
-                allowed = plain + [s for s, _ in dims if s not in denied]
+                w = self.weights
+                index = self.index(kind) if qvec is not None and self.embedder is not None else None
+                found = None  # lexical only: the hits' secondary dimensions are checked, nothing listed
+                if index is not None:
+                    # reading one visible id costs ~5x scoring one vector: list when under a fifth
+                    found = await rows.candidates(
+                        tx,
+                        kind,
+                        scope,
+                        provisional=provisional,
+                        tainted=tainted,
+                        limit=max(WIDE_SCOPE, index.n // 5),
+                    )
+
+                async def admitted(seqs: list[int]) -> set[int]:
+                    got = await rows.visible_among(
+                        tx, kind, scope, seqs, provisional=provisional, tainted=tainted
+                    )
+                    return {s for s, sec in got if _admits(scope, sec)}
+
                 lexical: list[int] = []
                 if "lexical" in use:
-                    lexical = [
-                        s
-                        for s in await rows.lexical(
-                            tx, kind, scope, tokens, POOL * 2, provisional=provisional, tainted=tainted
-                        )
-                        if s not in denied
-                    ][:POOL]
-                w = self.weights
+                    lexical = await rows.lexical(
+                        tx, kind, scope, tokens, POOL * 2, provisional=provisional, tainted=tainted
+                    )
                 vector: list[int] = []
-                if qvec is not None and self.embedder is not None and allowed:
-                    # a vector hit must reach the floor: below it, a note is merely the least unrelated one
-                    hits = await self.index(kind).top(tx, rows, qvec, allowed, POOL, w.min_similarity)
-                    vector = [s for s, _ in hits]
+                hits: list[tuple[int, float]] = []
+                if found is not None:
+                    plain, dims = found
+                    denied = {s for s, sec in dims if not _admits(scope, sec)}
+                    allowed = plain + [s for s, _ in dims if s not in denied]
+                    lexical = [s for s in lexical if s not in denied][:POOL]
+                    if qvec is not None and index is not None and allowed:
+                        # a vector hit must reach the floor: below it, a note is merely the least unrelated
+                        hits = await index.top(tx, rows, qvec, allowed, POOL, w.min_similarity)
+                else:
+                    # too many items visible to list them (or no vectors): score every vector, check the
+                    # best for visibility (exact)
+                    ok = await admitted(lexical) if lexical else set()
+                    lexical = [s for s in lexical if s in ok][:POOL]
+                    if qvec is not None and index is not None:
+                        hits = await index.top_visible(tx, rows, qvec, POOL, w.min_similarity, admitted)
+                vector = [s for s, _ in hits]
             return rrf([lexical, vector], [w.lexical, w.vector])[:limit]
         if strategy == "relevant":
             strategy = "priority"  # no words to look for: the most important items

@@ -392,27 +392,69 @@ class Rows:
         return "memory_notes" if kind == "note" else "memory_examples"
 
     async def candidates(
-        self, tx: Tx, kind: str, scope: Scope, *, provisional: bool = True, tainted: bool = False
-    ) -> tuple[list[int], list[tuple[int, Any]]]:
+        self,
+        tx: Tx,
+        kind: str,
+        scope: Scope,
+        *,
+        provisional: bool = True,
+        tainted: bool = False,
+        limit: int | None = None,
+    ) -> tuple[list[int], list[tuple[int, Any]]] | None:
         """Every item visible in `scope`: the seqs of those without secondary dimensions, and (seq,
         secondary JSON) of those with some (still to be checked with `Scope.admits`). The first query reads
-        a covering index only."""
+        a covering index only. With `limit`: None when more than `limit` items are visible (the caller
+        searches the other way round: best vectors first, visibility checked after)."""
+        where, params = self._visible_where(kind, scope, provisional, tainted)
+        table = self._table(kind)
+        cap = "" if limit is None else f" LIMIT {int(limit) + 1}"
+        plain = await tx.fetch(
+            f"SELECT seq FROM {table} WHERE {where} AND scope_secondary IS NULL{cap}", params
+        )
+        if limit is not None and len(plain) > limit:
+            return None
+        dims = await tx.fetch(
+            f"SELECT seq, scope_secondary FROM {table} WHERE {where} AND scope_secondary IS NOT NULL{cap}",
+            params,
+        )
+        if limit is not None and len(plain) + len(dims) > limit:
+            return None
+        return [int(r[0]) for r in plain], [(int(r[0]), r[1]) for r in dims]
+
+    async def visible_among(
+        self,
+        tx: Tx,
+        kind: str,
+        scope: Scope,
+        seqs: Sequence[int],
+        *,
+        provisional: bool = True,
+        tainted: bool = False,
+    ) -> list[tuple[int, Any]]:
+        """(seq, secondary JSON or None) of those of `seqs` visible in `scope` (the same rule as
+        `candidates`; secondary dimensions still to be checked with `Scope.admits`)."""
+        where, params = self._visible_where(kind, scope, provisional, tainted)
+        table = self._table(kind)
+        out: list[tuple[int, Any]] = []
+        for i in range(0, len(seqs), 500):
+            chunk = [int(x) for x in seqs[i : i + 500]]
+            marks = ", ".join("?" for _ in chunk)
+            rows = await tx.fetch(
+                f"SELECT seq, scope_secondary FROM {table} WHERE seq IN ({marks}) AND {where}",
+                [*chunk, *params],
+            )
+            out.extend((int(r[0]), r[1]) for r in rows)
+        return out
+
+    def _visible_where(
+        self, kind: str, scope: Scope, provisional: bool, tainted: bool
+    ) -> tuple[str, list[Any]]:
         where, params = scope_sql(scope)
         if kind == "note":
             vis, vparams = visible_sql(provisional=provisional, tainted=tainted)
         else:
             vis, vparams = "status = 'active'", []
-        table = self._table(kind)
-        plain = await tx.fetch(
-            f"SELECT seq FROM {table} WHERE {where} AND {vis} AND scope_secondary IS NULL",
-            [*params, *vparams],
-        )
-        dims = await tx.fetch(
-            f"SELECT seq, scope_secondary FROM {table} WHERE {where} AND {vis} "
-            "AND scope_secondary IS NOT NULL",
-            [*params, *vparams],
-        )
-        return [int(r[0]) for r in plain], [(int(r[0]), r[1]) for r in dims]
+        return f"{where} AND {vis}", [*params, *vparams]
 
     async def lexical(
         self,
