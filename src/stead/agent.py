@@ -54,7 +54,7 @@ from stead.messages import (
 )
 
 if TYPE_CHECKING:
-    from stead._admission import Admission
+    from stead._admission import Admission, BeforeAccept
 
 __all__ = ["Acceptance", "Agent", "Input", "check_message", "check_storable"]
 
@@ -397,8 +397,13 @@ class Agent:
         not held."""
         return await refuse_call(self._rt, call_id, output, decision=decision, note=note)
 
-    async def deliver(self, inputs: Sequence[Input]) -> list[Acceptance]:
-        """Accept several messages in one transaction: all of them or none (A1)."""
+    async def deliver(
+        self, inputs: Sequence[Input], *, before_accept: BeforeAccept | None = None
+    ) -> list[Acceptance]:
+        """Accept several messages in one transaction: all of them or none (A1). Concurrent deliveries
+        share one commit (group commit). `before_accept(tx)` runs inside that transaction just before these
+        messages are accepted — a plugin's own rows about them (a gateway's idempotency records) commit
+        with them or not at all; raising there refuses this delivery only."""
         self._admission.check_open()
         items = [self._validate(i) for i in inputs]
         if not items:
@@ -408,7 +413,7 @@ class Agent:
             raise InvalidInput("the same message id appears twice in one delivery")
         for item in items:
             self._admission.validate(self._incoming(item))
-        created = await self._admission.accept(self._rt, items)
+        created = await self._admission.accept(self._rt, items, before_accept)
         return [Acceptance(i.id, i.delivery, c) for i, c in zip(items, created, strict=True)]  # type: ignore[arg-type]
 
     def _validate(self, item: Input) -> Inbound:
@@ -508,7 +513,8 @@ class Agent:
 
         The request is durable (it survives a restart, which runs it); it is carried out at the agent's
         next safe boundary — at once for an idle agent, which compacts without an inference; after the
-        current tool batch settles for a working one. Requests made while one is pending share it. Raises
+        current tool batch settles for a working one (for one waiting for decisions on held calls: after
+        they are made). Requests made while one is pending share it. Raises
         `stead.CompactionFailed` when the compaction failed (the history is unchanged) or — `rejected` —
         nobody will run it here (the agent was aborted, is closing, drained or blocked)."""
         rt = self._rt

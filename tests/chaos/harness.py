@@ -445,6 +445,29 @@ async def decide_until_settled(system: stead.AgentSystem, agents: list[stead.Age
     emit("VIOLATION agents kept waiting for approvals after 50 rounds of decisions")
 
 
+async def compact_unless_waiting(agent: stead.Agent) -> bool:
+    """`agent.compact()`, except that an agent waiting for decisions on held calls compacts after them (K1:
+    the next safe boundary is after the batch): the driver does not wait for a human there — the durable
+    request runs once a later decision (or the final incarnation's) settles the batch. False then. A
+    compaction that does not end on an agent that is not waiting is a violation (reported by the idle
+    timeout of the incarnation)."""
+    compaction = asyncio.ensure_future(agent.compact())
+    idle = asyncio.ensure_future(agent.wait_idle())
+    try:
+        await asyncio.wait({compaction, idle}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        idle.cancel()
+    if not compaction.done() and agent.state == "waiting":
+        compaction.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return False
+    try:
+        await compaction
+    except (stead.CompactionFailed, stead.Closed, stead.StoreError) as e:
+        if isinstance(e, stead.StoreCrashed):
+            raise
+    return True
+
+
 async def drive(
     agents: list[stead.Agent], tasks: list[list[Op]], emit: Emit, system: stead.AgentSystem | None = None
 ) -> None:
@@ -468,12 +491,10 @@ async def drive(
                 continue
             if op.kind == "compact":
                 emit(f"COMPACT {a}")
-                try:
-                    await agent.compact()
-                except (stead.CompactionFailed, stead.Closed, stead.StoreError) as e:
-                    if isinstance(e, stead.StoreCrashed):
-                        raise
-                emit(f"COMPACTED {a}")
+                if await compact_unless_waiting(agent):
+                    emit(f"COMPACTED {a}")
+                else:
+                    emit(f"COMPACT_DEFERRED {a}")
                 continue
             inputs = [stead.Input(text, id=mid, delivery=d) for mid, d, text in op.items]  # type: ignore[arg-type]
             for mid, _, _ in op.items:
