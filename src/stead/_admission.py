@@ -12,17 +12,21 @@ transaction nothing is grouped: the acceptance joins that transaction and is pub
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from stead._plugin import IncomingMessage
 from stead.core.runtime import AgentRuntime, Inbound
 from stead.errors import Closed, ReadOnly, StoreError
 from stead.providers.router import ModelRouter
-from stead.store.base import Store
+from stead.store.base import Store, Tx
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "BeforeAccept"]
 
-_Group = list[tuple[AgentRuntime, list[Inbound], "asyncio.Future[list[bool]]"]]
+BeforeAccept = Callable[[Tx], Awaitable[None]]
+"""Runs inside the accepting transaction, before the messages are accepted (a caller's own rows, such as a
+gateway's idempotency records, commit with them); raising refuses that delivery only."""
+
+_Group = list[tuple[AgentRuntime, list[Inbound], "BeforeAccept | None", "asyncio.Future[list[bool]]"]]
 
 
 class Admission:
@@ -63,17 +67,22 @@ class Admission:
         for check in self.validators:
             check(message)
 
-    async def accept(self, rt: AgentRuntime, items: list[Inbound]) -> list[bool]:
-        """Durably accept `items` for `rt` (all or none); return, per item, whether this call created it."""
+    async def accept(
+        self, rt: AgentRuntime, items: list[Inbound], before: BeforeAccept | None = None
+    ) -> list[bool]:
+        """Durably accept `items` for `rt` (all or none); return, per item, whether this call created it.
+        `before` runs in the same transaction first (group-committed with concurrent senders too)."""
         rt.check_open()
         rt.begin_accept()
         try:
             outer = self.store.current()
             if outer is not None:
                 # A6: inside the caller's transaction; published when (and only if) the caller commits
+                if before is not None:
+                    await before(outer)
                 return [await rt.accept(outer, item) for item in items]
             fut: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
-            self._pending.append((rt, items, fut))
+            self._pending.append((rt, items, before, fut))
             if self._flush_task is None:
                 self._flush_task = asyncio.get_running_loop().create_task(self._flush())
             return await fut
@@ -90,9 +99,23 @@ class Admission:
                 await asyncio.sleep(0)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(0)  # one scheduling round: concurrent senders join this commit
-        batch, self._pending = self._pending, []
-        self._flush_task = None
+        """The one flusher: commits what is pending, then what arrived while that commit was in flight
+        (on PostgreSQL a commit is a round trip: senders arriving meanwhile share the next one)."""
+        try:
+            await asyncio.sleep(0)  # one scheduling round: concurrent senders join this commit
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._flush_batch(batch)
+        except BaseException as e:
+            left, self._pending = self._pending, []
+            for *_, fut in left:
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else StoreError(str(e)))
+            raise
+        finally:
+            self._flush_task = None
+
+    async def _flush_batch(self, batch: _Group) -> None:
         try:
             try:
                 outcomes = await self._commit_group(batch, isolate=False)
@@ -101,13 +124,13 @@ class Admission:
                     raise
                 outcomes = await self._commit_group(batch, isolate=True)
         except BaseException as e:
-            for _, _, fut in batch:
+            for *_, fut in batch:
                 if not fut.done():
                     fut.set_exception(e if isinstance(e, Exception) else StoreError(str(e)))
             if not isinstance(e, Exception):
                 raise
             return
-        for (_, _, fut), outcome in zip(batch, outcomes, strict=True):
+        for (*_, fut), outcome in zip(batch, outcomes, strict=True):
             if fut.done():
                 continue
             if isinstance(outcome, BaseException):
@@ -118,12 +141,16 @@ class Admission:
     async def _commit_group(self, batch: _Group, *, isolate: bool) -> list[list[bool] | BaseException]:
         outcomes: list[list[bool] | BaseException] = []
         async with self.store.transaction() as tx:
-            for rt, items, _ in batch:
+            for rt, items, before, _ in batch:
                 if not isolate:
+                    if before is not None:
+                        await before(tx)
                     outcomes.append([await rt.accept(tx, item) for item in items])
                     continue
                 try:
                     async with tx.savepoint():
+                        if before is not None:
+                            await before(tx)
                         created = [await rt.accept(tx, item) for item in items]
                     # only once the savepoint is released (a failing RELEASE refuses this sender)
                     outcomes.append(created)

@@ -331,3 +331,35 @@ async def test_the_message_metadata_and_settings_reach_the_agent(env: Env) -> No
     got = (await env.http.get(f"/v1/agents/{agent['id']}", headers=H)).json()
     assert got["settings"]["model"] == "m2"
     assert json.loads(json.dumps(got))["event_seq"] > 0
+
+
+async def test_A6_concurrent_http_sends_share_the_group_commit(env: Env, monkeypatch: object) -> None:
+    """Issue 23 item 2: an HTTP send joins the group commit (its idempotency row in the same transaction),
+    instead of opening a transaction of its own per request; every one is still durable and idempotent."""
+    env.model.gate = asyncio.Event()
+    agent = await env.agent()
+    url = f"/v1/agents/{agent['id']}/messages"
+    import stead._admission as admission
+
+    groups: list[int] = []
+    commit_group = admission.Admission._commit_group
+
+    async def counted(self: admission.Admission, batch: list[object], *, isolate: bool) -> object:
+        groups.append(len(batch))
+        return await commit_group(self, batch, isolate=isolate)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(admission.Admission, "_commit_group", counted)  # type: ignore[attr-defined]
+    answers = await asyncio.gather(
+        *(env.http.post(url, json={"content": f"m{i}", "id": f"m{i}"}, headers=H) for i in range(40))
+    )
+    assert [r.status_code for r in answers] == [202] * 40
+    assert sum(groups) == 40 and len(groups) < 40 / 2, groups  # grouped: far fewer commits than requests
+    again = await asyncio.gather(
+        *(env.http.post(url, json={"content": f"m{i}", "id": f"m{i}"}, headers=H) for i in range(40)),
+        env.http.post(url, json={"content": "other body", "id": "m3"}, headers=H),
+    )
+    assert [r.status_code for r in again] == [200] * 40 + [422]  # one refusal refuses only its sender
+    assert again[-1].json()["code"] == "id_reused"
+    queue = (await env.http.get(f"{url[: -len('/messages')]}/queue", headers=H)).json()["items"]
+    assert sorted(q["id"] for q in queue) == sorted(f"m{i}" for i in range(40))
+    env.model.gate.set()

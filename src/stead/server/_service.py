@@ -24,6 +24,7 @@ from stead._ids import new_id
 from stead._runs import Run
 from stead.agent import Acceptance, Agent, Input, check_storable
 from stead.errors import AgentNotFound, ConfigurationError, InvalidInput, NotFound, RunNotFound
+from stead.extend import Tx
 from stead.messages import encode_block
 from stead.server._auth import Auth, Principal
 from stead.server._errors import ApiError
@@ -396,7 +397,12 @@ class Service:
         ids = [inp.id for inp, _ in prepared]
         if len(set(ids)) != len(ids):
             raise ApiError(422, "invalid_request", "the same message id appears twice in one batch")
-        async with self.store.transaction() as tx:
+        found: dict[str, Any] = {}
+
+        async def record(tx: Tx) -> None:
+            # inside the acceptance's own transaction, group-committed with concurrent senders (A6):
+            # the fingerprints commit with the messages or not at all
+            found.clear()
             marks = ",".join("?" for _ in ids)
             rows = await tx.fetch(
                 "SELECT message_id, fingerprint, events_after FROM stead_server_messages "
@@ -411,9 +417,9 @@ class Service:
                         422, "id_reused", f"message id {inp.id!r} was used before with another body"
                     )
             if len(known) == len(prepared):
-                # every message is a retry of one accepted before: nothing to write
-                accs = [Acceptance(str(i.id), i.delivery, False) for i, _ in prepared]
-                return AcceptOutcome(accs, min(v[1] for v in known.values()), False)
+                # every message is a retry of one accepted before: the acceptance writes nothing either
+                found["head"] = min(v[1] for v in known.values())
+                return
             if if_busy == "reject" and agent.active:
                 raise ApiError(409, "agent_busy", f"agent {agent.id} is busy (if_busy: reject)")
             head_rows = await tx.fetch(
@@ -422,14 +428,17 @@ class Service:
             head = int(head_rows[0][0]) if head_rows else 0
             for inp, fp in prepared:
                 if str(inp.id) not in known:
-                    await tx.execute(
+                    await tx.write_sql(
                         "INSERT INTO stead_server_messages(agent_id, message_id, fingerprint, events_after) "
                         "VALUES (?, ?, ?, ?)",
                         (agent.id, inp.id, fp, head),
                     )
-            models = [inp.settings.get("model") for inp, _ in prepared if inp.settings]
-            with _quiet_model_errors(*models):
-                accs = await agent.deliver([inp for inp, _ in prepared])
+            found["head"] = head
+
+        models = [inp.settings.get("model") for inp, _ in prepared if inp.settings]
+        with _quiet_model_errors(*models):
+            accs = await agent.deliver([inp for inp, _ in prepared], before_accept=record)
+        head = int(found["head"])
         return AcceptOutcome(accs, head, any(a.created for a in accs))
 
     # ------------------------------------------------------------------ events
