@@ -39,7 +39,7 @@ STRATEGIES: tuple[str, ...] = ("relevant", "recent", "priority")
 POOL = 20
 """How many hits each list contributes to the fusion."""
 WIDE_SCOPE = 2000
-"""Past this many visible items — and a fifth of the stored vectors — a search scores every vector and checks
+"""Past this many visible items — and a tenth of the stored vectors — a search scores every vector and checks
 the best for visibility, instead of listing the visible items and scoring those (the same answer; reading
 100,000 ids from the store costs more than 100,000 dot products)."""
 
@@ -194,14 +194,14 @@ class Retriever:
                 index = self.index(kind) if qvec is not None and self.embedder is not None else None
                 found = None  # lexical only: the hits' secondary dimensions are checked, nothing listed
                 if index is not None:
-                    # reading one visible id costs ~5x scoring one vector: list when under a fifth
+                    # reading one visible id costs ~10x scoring one vector: list when under a tenth
                     found = await rows.candidates(
                         tx,
                         kind,
                         scope,
                         provisional=provisional,
                         tainted=tainted,
-                        limit=max(WIDE_SCOPE, index.n // 5),
+                        limit=max(WIDE_SCOPE, index.n // 10),
                     )
 
                 async def admitted(seqs: list[int]) -> set[int]:

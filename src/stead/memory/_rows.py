@@ -407,18 +407,19 @@ class Rows:
         searches the other way round: best vectors first, visibility checked after)."""
         where, params = self._visible_where(kind, scope, provisional, tainted)
         table = self._table(kind)
-        cap = "" if limit is None else f" LIMIT {int(limit) + 1}"
-        plain = await tx.fetch(
-            f"SELECT seq FROM {table} WHERE {where} AND scope_secondary IS NULL{cap}", params
-        )
-        if limit is not None and len(plain) > limit:
-            return None
+        if limit is not None:
+            # counted in SQL (an index scan), not shipped: a wide scope costs no list of ids
+            count = await tx.fetch(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {int(limit) + 1}) AS c",
+                params,
+            )
+            if int(count[0][0]) > limit:
+                return None
+        plain = await tx.fetch(f"SELECT seq FROM {table} WHERE {where} AND scope_secondary IS NULL", params)
         dims = await tx.fetch(
-            f"SELECT seq, scope_secondary FROM {table} WHERE {where} AND scope_secondary IS NOT NULL{cap}",
+            f"SELECT seq, scope_secondary FROM {table} WHERE {where} AND scope_secondary IS NOT NULL",
             params,
         )
-        if limit is not None and len(plain) + len(dims) > limit:
-            return None
         return [int(r[0]) for r in plain], [(int(r[0]), r[1]) for r in dims]
 
     async def visible_among(
@@ -436,11 +437,15 @@ class Rows:
         where, params = self._visible_where(kind, scope, provisional, tainted)
         table = self._table(kind)
         out: list[tuple[int, Any]] = []
+        # the ids first, then one primary-key lookup each (SQLite's CROSS JOIN fixes that order: left to
+        # itself it may scan the scope's index instead, reading every visible row)
+        join = "CROSS JOIN" if self.dialect == "sqlite" else "JOIN"
         for i in range(0, len(seqs), 500):
             chunk = [int(x) for x in seqs[i : i + 500]]
-            marks = ", ".join("?" for _ in chunk)
+            marks = ", ".join("(?)" for _ in chunk)
             rows = await tx.fetch(
-                f"SELECT seq, scope_secondary FROM {table} WHERE seq IN ({marks}) AND {where}",
+                f"WITH ids(seq) AS (VALUES {marks}) SELECT n.seq, n.scope_secondary FROM ids "
+                f"{join} {table} n ON n.seq = ids.seq WHERE {where}",
                 [*chunk, *params],
             )
             out.extend((int(r[0]), r[1]) for r in rows)
