@@ -28,14 +28,17 @@ from typing import Any
 
 import stead
 from stead.core.results import RunState, read_run_state, run_state
-from stead.providers.scripted import ScriptedProvider
+from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from stead.store.base import Tx
 
 _SEP = (",", ":")
 
 
-def echo(request: stead.ProviderRequest) -> list[stead.Block]:
-    return [stead.Text(f"echo: {request.messages[-1].text}")]
+def echo(request: stead.ProviderRequest) -> ScriptedResponse:
+    # usage given: the scripted model's default estimate of the whole request would be the cost measured
+    return ScriptedResponse(
+        blocks=[stead.Text(f"echo: {request.messages[-1].text}")], usage=stead.Usage(100, 10)
+    )
 
 
 async def whole_history_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:

@@ -168,8 +168,10 @@ def context_tokens(st: AgentState, pending: Pending | None, staged: list[Queued]
     its output — plus an estimate of every record appended since and of the staged input. Usage from
     before the last compaction is stale: then the whole history is estimated."""
     recs = st.records or []
-    # usage measured before the last compaction is stale, also on the copies it kept (its first `n` records)
-    ci = next((i for i in range(len(recs) - 1, -1, -1) if recs[i].get("k") == "c"), -1)
+    # usage measured before the last compaction is stale, also on the copies it kept (its first `n` records).
+    # A compaction replaces the whole history with `[c, *kept]`: its record, if any, is the first one (an
+    # O(1) look, not a scan of a long history on every turn)
+    ci = 0 if recs and recs[0].get("k") == "c" else -1
     fresh_from = ci + int(recs[ci].get("n", 1)) if ci >= 0 else 0
     base: int | None = None
     start = max(ci, 0)
