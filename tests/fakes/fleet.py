@@ -504,6 +504,14 @@ def _restart(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 RESTART = "pg_restart"  # restart the PostgreSQL cluster (only with a cluster to restart)
 
 
+def _start_outside_restarts(fleet: _Fleet) -> WorkerProc:
+    """A replacement worker starts while no restart of ours is in progress, and none begins before it is
+    ready (seed 2117: a `stead worker` that cannot connect at startup exits with the error — its supervisor
+    restarts it; the workers already running are the ones that must ride out a restart, W3)."""
+    with _RESTARTS:
+        return fleet.start()
+
+
 def write_chaos_definitions(directory: Path) -> Path:
     """The decisive scenario's definitions plus `chaos_<flag>` agents whose tool's tag is the user
     message (`<id> ms=<N>`: the tool works N ms) and whose answer names the message."""
@@ -711,7 +719,7 @@ async def _fault(
     elif kind == "kill":
         if len(fleet.live()) > 1:
             fleet.kill(random.Random(len(fleet.events)).choice(fleet.live()))
-            w = await asyncio.to_thread(fleet.start)
+            w = await asyncio.to_thread(_start_outside_restarts, fleet)
             fleet.note(f"started {fleet.names[w.pid]}")
     elif kind == RESTART and cluster is not None:
         version, name = cluster.split("/", 1)
