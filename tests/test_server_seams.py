@@ -42,6 +42,24 @@ async def test_queued_lists_unconsumed_messages_in_consumption_order(db_url: str
         assert await agent.queued() == []
 
 
+async def test_queued_keeps_who_sent_each_message(db_url: str) -> None:
+    """`Agent.queued()` returns each message's `user` and `tenant` as they were accepted (it dropped them)."""
+    gate = asyncio.Event()
+
+    async def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+        await gate.wait()
+        return [stead.Text("ok")]
+
+    async with await stead.open(db_url, providers={"s": ScriptedProvider(respond)}) as system:
+        agent = await system.create(provider="s", model="m")
+        await agent.send("one", id="one", user="alice", tenant="acme")
+        await agent.send("two", id="two")
+        queued = await agent.queued()
+        assert [(q.id, q.user, q.tenant) for q in queued] == [("one", "alice", "acme"), ("two", None, None)]
+        gate.set()
+        await agent.wait_idle(TIMEOUT)
+
+
 class _Rows(Plugin, stead.Hooks):
     name: ClassVar[str] = "rows"
     migrations: ClassVar[Migrations] = {

@@ -566,6 +566,8 @@ class Agent:
                 "system" if q.role == "system" else "user",
                 q.metadata,
                 dict(q.settings),
+                q.user,
+                q.tenant,
             )
             for q in queued
         ]
