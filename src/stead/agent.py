@@ -55,6 +55,7 @@ from stead.messages import (
 
 if TYPE_CHECKING:
     from stead._admission import Admission, BeforeAccept
+    from stead.store.base import Tx
 
 __all__ = ["Acceptance", "Agent", "Input", "check_message", "check_storable"]
 
@@ -325,9 +326,7 @@ class Agent:
         at every later read (W7). The history is read from its end, only as far back as the run (O(run)).
         """
         async with self._rt.env.store.transaction() as tx:
-            queued = any(
-                json.loads(v).get("id") == message_id for _, v in await tx.read_prefix(self.id, R.QUEUE) if v
-            )
+            queued = await is_queued(tx, self.id, message_id)
             state = None if queued else await read_run_state(tx, self.id, message_id)
         if state is None:
             if queued:
@@ -575,6 +574,11 @@ class Agent:
     def events(self) -> AsyncIterator[Event]:
         """Live events from now on (deltas, completed blocks, tool calls, done, settled)."""
         return _EventStream(self._rt)
+
+
+async def is_queued(tx: Tx, agent_id: str, message_id: str) -> bool:
+    """Whether `message_id` is still in the agent's queue (accepted, not consumed)."""
+    return any(json.loads(v).get("id") == message_id for _, v in await tx.read_prefix(agent_id, R.QUEUE) if v)
 
 
 async def _until_settled(rt: AgentRuntime, events: asyncio.Queue[Event | None]) -> bool:

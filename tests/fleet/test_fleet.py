@@ -477,24 +477,25 @@ async def test_W6_a_loop_that_outlives_a_lease_taken_again_stops_and_the_new_lea
 async def test_W7_a_client_run_finds_its_result_when_the_consumption_commits_between_its_reads(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A client's `agent.run()` reads the history, then the queue (each read in its own snapshot on
-    PostgreSQL). The worker consumes the message exactly between those two reads: the run is still found
-    (the history is read again after the queue read) and its result returned, never `RunNotFound`."""
+    """A client's `agent.run()` reads the queue, then (once the message left it) the history — each read
+    in its own snapshot on PostgreSQL. The worker consumes the message right after the queue read saw it
+    queued: the run is still found (a message the queue no longer holds is in the history at every later
+    read) and its result returned, never `RunNotFound`."""
     import stead.agent as agent_module
 
     hold, started, gate = holding_tool()
-    real = agent_module.read_run_state
+    real = agent_module.is_queued
     injected: list[str] = []
 
     async def between(tx: Any, agent_id: str, message_id: str) -> Any:
-        state = await real(tx, agent_id, message_id)
-        if message_id == "w7-m2" and state is None and not injected:
+        queued = await real(tx, agent_id, message_id)
+        if message_id == "w7-m2" and queued and not injected:
             injected.append(message_id)
             gate.set()  # the first run ends and the worker consumes m2, while this client reads
             await eventually(lambda: consumed(worker, "fleet-w7", "w7-m2"), TIMEOUT, "m2 consumed")
-        return state
+        return queued
 
-    monkeypatch.setattr(agent_module, "read_run_state", between)
+    monkeypatch.setattr(agent_module, "is_queued", between)
     async with (
         open_node(pg_url, tools=[hold]) as worker,
         open_node(pg_url, tools=[hold], run_agents=False) as client,
