@@ -5,7 +5,7 @@ deletes the agent)."""
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,12 +17,7 @@ TIMEOUT = 5.0
 
 
 async def test_queued_lists_unconsumed_messages_in_consumption_order(db_url: str) -> None:
-    gate = asyncio.Event()
-
-    async def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        await gate.wait()
-        return [stead.Text("ok")]
-
+    gate, respond = _gated_model()
     async with await stead.open(db_url, providers={"s": ScriptedProvider(respond)}) as system:
         agent = await system.create(provider="s", model="m")
         await agent.send("one", id="one", metadata={"k": 1})
@@ -44,12 +39,7 @@ async def test_queued_lists_unconsumed_messages_in_consumption_order(db_url: str
 
 async def test_queued_keeps_who_sent_each_message(db_url: str) -> None:
     """`Agent.queued()` returns each message's `user` and `tenant` as they were accepted (it dropped them)."""
-    gate = asyncio.Event()
-
-    async def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        await gate.wait()
-        return [stead.Text("ok")]
-
+    gate, respond = _gated_model()
     async with await stead.open(db_url, providers={"s": ScriptedProvider(respond)}) as system:
         agent = await system.create(provider="s", model="m")
         await agent.send("one", id="one", user="alice", tenant="acme")
@@ -58,6 +48,17 @@ async def test_queued_keeps_who_sent_each_message(db_url: str) -> None:
         assert [(q.id, q.user, q.tenant) for q in queued] == [("one", "alice", "acme"), ("two", None, None)]
         gate.set()
         await agent.wait_idle(TIMEOUT)
+
+
+def _gated_model() -> tuple[asyncio.Event, Any]:
+    """A model that answers "ok" once the returned event is set (until then every message stays queued)."""
+    gate = asyncio.Event()
+
+    async def respond(request: stead.ProviderRequest) -> list[stead.Block]:
+        await gate.wait()
+        return [stead.Text("ok")]
+
+    return gate, respond
 
 
 class _Rows(Plugin, stead.Hooks):

@@ -636,8 +636,8 @@ def requests_path(db: Path) -> Path:
     return Path(str(db) + ".requests")
 
 
-def stored_sqlite(db: Path) -> Stored:
-    """Every call and every stored version of each result (current history and archive), read directly."""
+def all_records(db: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(agent id, record) of the current history and the archive (every copy), read directly."""
     conn = sqlite3.connect(db)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -646,7 +646,12 @@ def stored_sqlite(db: Path) -> Stored:
             rows += list(conn.execute("SELECT agent_id, record FROM history_archive"))
     finally:
         conn.close()
-    return stored_from_records((aid, json.loads(rec)) for aid, rec in rows)
+    return [(str(aid), json.loads(rec)) for aid, rec in rows]
+
+
+def stored_sqlite(db: Path) -> Stored:
+    """Every call and every stored version of each result (current history and archive), read directly."""
+    return stored_from_records(all_records(db))
 
 
 def _calls_and_results(recs: list[dict[str, Any]]) -> tuple[list[ToolCall], list[ToolResult]]:
@@ -787,17 +792,8 @@ def unexpected_turn_failures(db: Path) -> list[str]:
     other failure — an exception in the harness's own responder, say — would silently turn the flaws it
     exists to exercise into failed turns (it did so for seeds 7000–7150 once), so it is a violation. Reads
     the history and the archive directly."""
-    conn = sqlite3.connect(db)
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        rows = list(conn.execute("SELECT agent_id, record FROM history"))
-        if "history_archive" in tables:
-            rows += list(conn.execute("SELECT agent_id, record FROM history_archive"))
-    finally:
-        conn.close()
     out = []
-    for aid, raw in rows:
-        rec = json.loads(raw)
+    for aid, rec in all_records(db):
         text = str(rec.get("x", "")) if rec.get("k") == "s" else ""
         if text.startswith("The last turn failed:") and not any(e in text for e in EXPECTED_TURN_FAILURES):
             out.append(f"{aid}: unexpected turn failure: {text[:300]}")

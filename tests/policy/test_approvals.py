@@ -53,16 +53,21 @@ async def test_P2_a_held_call_never_runs_before_the_decision_and_runs_once_after
         assert (decided.approval_id, decided.decision, decided.note) == (a.id, "approved", "fine")
 
 
-async def test_the_agent_makes_no_provider_request_while_a_call_waits(db_url: str) -> None:
-    requests: list[int] = []
+def open_recording(db_url: str, requests: list[stead.ProviderRequest]) -> stead.system.Opening:
+    """A system with approvals whose scripted model records every request it is asked."""
 
     def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        requests.append(len(request.messages))
+        requests.append(request)
         return support.respond(request)
 
-    async with stead.open(
+    return stead.open(
         db_url, approvals=True, providers={"scripted": ScriptedProvider(respond)}, tools=support.TOOLS
-    ) as system:
+    )
+
+
+async def test_the_agent_makes_no_provider_request_while_a_call_waits(db_url: str) -> None:
+    requests: list[stead.ProviderRequest] = []
+    async with open_recording(db_url, requests) as system:
         agent = await system.create(provider="scripted", model="m", tools=["delete_file"])
         await agent.send("call delete_file")
         await agent.wait_idle(timeout=TIMEOUT)
@@ -177,14 +182,7 @@ async def test_P8_a_decision_committed_just_before_the_steered_rejection_wins(
 
     monkeypatch.setattr(runtime, "reject_for_steer", approve_first)
     requests: list[stead.ProviderRequest] = []
-
-    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        requests.append(request)
-        return support.respond(request)
-
-    async with stead.open(
-        db_url, approvals=True, providers={"scripted": ScriptedProvider(respond)}, tools=support.TOOLS
-    ) as system:
+    async with open_recording(db_url, requests) as system:
         agent = await system.create(provider="scripted", model="m", tools=["delete_file"])
         await agent.send("call delete_file")
         await agent.wait_idle(timeout=TIMEOUT)
