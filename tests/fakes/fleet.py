@@ -110,8 +110,16 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
             time.sleep(0.2)
             continue
         with conn:
-            cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else []
+            try:
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if cur.description is not None else []
+            except psycopg.OperationalError:
+                # a restart ended the connection mid-statement (seed 2126): a read is asked again
+                if not sql.lstrip().upper().startswith("SELECT") or time.monotonic() > deadline:
+                    raise
+        _RESTARTS.acquire()
+        _RESTARTS.release()
+        time.sleep(0.2)
 
 
 def wait_for(check: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
