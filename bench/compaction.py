@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import stead
-from stead.core.tokens import estimate_messages, estimate_text, estimate_tools
+from stead._tokens import estimate_messages, estimate_text, estimate_tools
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 
 try:  # exact counts for the fake server when available (pip install bpe-openai)

@@ -2,7 +2,7 @@
 paraphrasing one note with as few shared words as a person would use (so lexical search misses some).
 
 Used by `bench/memory_quality.py` (recall@5 for lexical, vector and fused search) and by
-`tests/memory/test_semantic_default.py` (recall@3 with the default install). `QUERIES` maps a query to
+`tests/memory/test_semantic.py` (recall@3 with the default install). `QUERIES` maps a query to
 the index of its note in `NOTES`.
 """
 

@@ -24,7 +24,7 @@ from bench.memory_labeled import NOTES, QUERIES
 
 import stead
 from stead.memory import MemoryConfig, MemoryPlugin, MiniLMEmbedder
-from stead.memory import _rows as rows_module
+from stead.memory import _sql as rows_module
 
 USER = "u-bench"
 # (lexical weight, vector weight, the cosine a vector-only hit must reach)

@@ -1,4 +1,4 @@
-"""How close stead's offline token estimate (`stead.core.tokens.estimate_text`) comes to o200k_base.
+"""How close stead's offline token estimate (`stead._tokens.estimate_text`) comes to o200k_base.
 
 The reference counts come from `bpe-openai` (a Rust BPE with the o200k_base ranks bundled in its wheel, so it
 works offline; `pip install bpe-openai`, not part of `.[dev]`: ~40 MB). Five kinds of text a context holds:
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from stead.core.tokens import estimate_text  # noqa: E402
+from stead._tokens import estimate_text  # noqa: E402
 
 
 def _prose(size: int) -> str:

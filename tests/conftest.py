@@ -22,9 +22,29 @@ from tests.fakes.postgres import PgTestServer
 TESTS = Path(__file__).parent
 PG_SUITES = tuple(
     TESTS / d
-    for d in ("", "store", "chaos", "context", "flows", "mcp", "memory", "policy", "realtime", "server")
+    for d in (
+        "",
+        "chaos",
+        "cli",
+        "context",
+        "core",
+        "definitions",
+        "fleet",
+        "flows",
+        "mcp",
+        "memory",
+        "observability",
+        "orchestration",
+        "policy",
+        "outside",
+        "providers",
+        "realtime",
+        "server",
+        "store",
+        "tools",
+    )
 )
-"""Directories whose `db_url` tests run on both stores (top level: kernel, store, crash points)."""
+"""Directories whose `db_url` tests run on both stores (top level: the plugin seam and the public API)."""
 
 # Fake model servers (`oai`, `ant`) and an environment without real keys or proxies for every test.
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -82,6 +102,11 @@ def db_url(db_path: Path, store_kind: str, request: pytest.FixtureRequest) -> st
     if store_kind == "postgresql":
         return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{db_path}?synchronous=normal"
+
+
+def url_of(path: Path) -> str:
+    """The URL of a SQLite store file, without waiting for fsync (the tests that name their own files)."""
+    return f"sqlite:///{path}?synchronous=off"
 
 
 def tool_results_since_last_user(request: stead.ProviderRequest) -> int:

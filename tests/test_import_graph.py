@@ -183,6 +183,7 @@ STORE_ALLOWED = ("stead._ids", "stead.errors", "stead.messages", "stead.store", 
 STORE_RULE = Rule("store", ("stead.store", "stead.store.*"), allowed=STORE_ALLOWED)
 KERNEL = (
     *STORE_ALLOWED,
+    "stead._tokens",
     "stead.providers.base",
     "stead.tools",
     "stead.tools.*",
@@ -207,7 +208,53 @@ ABOVE_THE_SYSTEM = tuple(
     )
     for suffix in ("", ".*")
 )
-SYSTEM_RULE = Rule("system/agent", ("stead.system", "stead.agent"), forbidden=ABOVE_THE_SYSTEM)
+SYSTEM_RULE = Rule(
+    "system/agent",
+    ("stead.system", "stead.agent", "stead._opening", "stead._group_commit", "stead._steps", "stead._tokens"),
+    forbidden=ABOVE_THE_SYSTEM,
+)
+EXTEND_RULE = Rule("extend", ("stead.extend", "stead.testing"), forbidden=ABOVE_THE_SYSTEM)
+
+PUBLIC_TIERS = ("stead", "stead.extend", "stead.testing")
+PLUGIN_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+    "observability": (),
+    "flows": (),
+    "mcp": (),
+    "memory": (),
+    "policy": (),
+    "server": (),
+    "definitions": ("flows", "mcp"),
+    "orchestration": ("definitions", "flows"),
+    "realtime": ("definitions", "orchestration"),
+}
+"""Each built-in plugin → the plugins it builds on (their public face, the package itself, only)."""
+
+
+def plugin_rules(dependencies: dict[str, tuple[str, ...]], root: str = "stead") -> list[Rule]:
+    """A rule per plugin: it imports the public tiers, its own package and the faces of the plugins it
+    declares, nothing else (no `_`-module of the kernel or of another plugin)."""
+    tiers = tuple(t.replace("stead", root, 1) for t in PUBLIC_TIERS)
+    return [
+        Rule(
+            f"plugin {name}",
+            (f"{root}.{name}", f"{root}.{name}.*"),
+            allowed=(*tiers, f"{root}.{name}", f"{root}.{name}.*", *(f"{root}.{d}" for d in deps)),
+        )
+        for name, deps in dependencies.items()
+    ]
+
+
+def package_graph(graph: dict[str, set[str]], depth: int = 2) -> dict[str, set[str]]:
+    """The graph between packages (`stead.flows`, `stead.core`, …; top-level modules stand for themselves)."""
+
+    def pkg(m: str) -> str:
+        return ".".join(m.split(".")[:depth])
+
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        edges = out.setdefault(pkg(module), set())
+        edges.update(pkg(t) for t in targets if pkg(t) != pkg(module))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +300,24 @@ def test_core_imports_only_store_providers_base_and_tools(graph: dict[str, set[s
 
 def test_system_and_agent_import_no_layer_above_them(graph: dict[str, set[str]]) -> None:
     assert layer_violations(graph, [SYSTEM_RULE]) == []
+
+
+def test_extend_and_testing_stand_below_every_plugin(graph: dict[str, set[str]]) -> None:
+    assert layer_violations(graph, [EXTEND_RULE]) == []
+
+
+def test_built_in_plugins_import_only_public_tiers_and_declared_faces(graph: dict[str, set[str]]) -> None:
+    """Issue 22: a built-in plugin lives by the seams an outside plugin has (`stead`, `stead.extend`,
+    `stead.testing`) plus the public face of each plugin it declares it builds on."""
+    packages = {m.split(".")[1] for m in graph if m.count(".") >= 1 and not m.split(".")[1].startswith("_")}
+    assert set(PLUGIN_DEPENDENCIES) <= packages
+    assert layer_violations(graph, plugin_rules(PLUGIN_DEPENDENCIES)) == []
+
+
+def test_no_cycle_between_packages(graph: dict[str, set[str]]) -> None:
+    """Plugins are siblings: no package imports one that imports it back (through any path)."""
+    cycles = find_cycles(package_graph(graph))
+    assert not cycles, "package cycles:\n" + _show_cycles(cycles)
 
 
 # ---------------------------------------------------------------------------------------------- self-test
@@ -306,3 +371,27 @@ def test_a_planted_layer_violation_is_found(tmp_path: Path) -> None:
     forbid = Rule("no-high", ("pkg.low.z",), forbidden=("pkg.high", "pkg.high.*"))
     assert layer_violations(g, [forbid]) == []
     assert find_cycles(g) == [["pkg.high.y", "pkg.low.x", "pkg.high.y"]]
+
+
+def test_a_planted_plugin_reach_and_package_cycle_are_found(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/extend.py": "from pkg.core.x import X\n",
+            "pkg/core/__init__.py": "",
+            "pkg/core/x.py": "class X: ...\n",
+            "pkg/alpha/__init__.py": "from pkg.alpha._a import A\n",
+            "pkg/alpha/_a.py": "from pkg.extend import X\nfrom pkg.beta._b import B\n",
+            "pkg/beta/__init__.py": "from pkg.beta._b import B\n",
+            "pkg/beta/_b.py": "from pkg.core.x import X\nfrom pkg.alpha import A\nB = 1\n",
+        },
+    )
+    g = import_graph(tmp_path, "pkg")
+    rules = plugin_rules({"alpha": ("beta",), "beta": ()}, root="pkg")
+    assert layer_violations(g, rules) == [
+        "plugin alpha: pkg.alpha._a imports pkg.beta._b",  # a declared dependency, but not its face
+        "plugin beta: pkg.beta._b imports pkg.alpha",  # not declared
+        "plugin beta: pkg.beta._b imports pkg.core.x",  # the kernel's module, not a public tier
+    ]
+    assert find_cycles(package_graph(g)) == [["pkg.alpha", "pkg.beta", "pkg.alpha"]]

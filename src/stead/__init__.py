@@ -3,14 +3,19 @@
 Public tiers: `stead` (daily use), `stead.extend` (for plugin authors: Plugin, Hooks, Store/Tx, record_step),
 `stead.testing` (scripted models, fault injection). Everything else is implementation.
 
-Package layout (each layer depends only on those above it in this list; docs/architecture.md):
+Package layout (each layer depends only on those above it in this list; docs/architecture.md and README's
+"Layout" name every module):
     _ids, errors, messages   ids, the error hierarchy, messages and content blocks
-    store/                   the Store contract and its SQLite implementation (+ fault injection)
+    _tokens, _runs, _steps   token estimates; run/step data; the run-record seam (`stead.extend.record_step`)
+    store/                   the Store contract, its SQLite and PostgreSQL implementations, fault injection
     providers/               the provider protocol, the scripted provider, real drivers, the catalog
     tools/                   @stead.tool, tool context, call-bound KV
     core/                    the kernel: the durable loop of one agent (knows nothing above it)
     agent, system            the Agent handle and AgentSystem (plugins, opening, restoring, closing)
-    --- plugins: observability/, orchestration/ (+ definitions/), and later layers ---
+    extend, testing          the tiers for plugin authors and for tests (below every plugin)
+    --- plugins, siblings that import only the tiers above and the public face of a plugin they declare:
+        observability/, flows/, mcp/, memory/, policy/, definitions/ (→ flows, mcp),
+        orchestration/ (→ definitions, flows), realtime/ (→ definitions, orchestration), server/ ---
     _open                    `stead.open`: keyword shortcuts → built-in plugins
     cli/                     the `stead` command
 """

@@ -73,6 +73,11 @@ class ApprovalSource(Protocol):
 
     async def approval(self, approval_id: str) -> Approval: ...
 
+    async def approval_for_call(self, call_id: str) -> Approval | None:
+        """The approval asked for the tool call `call_id`, or None. Inside a transaction of the system's
+        store (a `*_tx` hook), it reads in that transaction."""
+        ...
+
     async def approve(
         self,
         approval_id: str,

@@ -1,24 +1,32 @@
-"""`stead.open`: the composition root. Turns the keyword shortcuts into the built-in plugins and opens the
-system with them (`stead.system.open_system`).
+"""`stead.open`: the composition root. Turns the keyword shortcuts into the built-in plugins (`open`) and
+opens the system with them (`open_system`: collects what the plugins contribute, opens and migrates the
+store, builds the kernel's `Env` and the `AgentSystem`, starts the plugins, restores owed agents).
 
 This is the one module that knows the built-in layers by name; it imports each only when its shortcut is
 used, so `import stead` loads none of them (no Jinja2, no definitions, no orchestration) and the system
-itself never imports a layer above the kernel.
+itself never imports a layer above the kernel. `open_system` knows none of them: it takes plugins.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from stead.core.config import RetryPolicy
-from stead.core.fleet import FleetConfig
-from stead.core.hooks import Hooks
+from stead._ids import new_id
+from stead._opening import opening
+from stead.core.config import Env, RetryPolicy
+from stead.core.expire import RECALL_TOOL, recall_tool
+from stead.core.fleet import SESSION_PREFIX, FleetConfig, notify_abort
+from stead.core.hooks import Hooks, HookSet
+from stead.errors import ConfigurationError
 from stead.providers.base import Provider
+from stead.providers.router import ModelRouter
+from stead.store import dialect_of, open_store
 from stead.store.faults import Faults
-from stead.system import AgentSystem, Plugin, _opening, open_system
+from stead.system import AgentSystem, Plugin, _register_tools
 from stead.tools._tool import Tool
 
 if TYPE_CHECKING:
@@ -26,10 +34,10 @@ if TYPE_CHECKING:
     from stead.memory import MemoryConfig
     from stead.observability.records import RunRecorder
 
-__all__ = ["open"]
+__all__ = ["open", "open_system"]
 
 
-@_opening
+@opening
 async def open(
     url: str = "sqlite:///stead.db",
     *,
@@ -188,3 +196,122 @@ class _UserHooks(Plugin):
 
     def hooks(self) -> list[Hooks]:
         return list(self.given)
+
+
+async def open_system(
+    url: str,
+    *,
+    plugins: Sequence[Plugin] = (),
+    providers: Mapping[str, Provider] | None = None,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    hooks: Sequence[Hooks] = (),
+    retry: RetryPolicy | None = None,
+    faults: Faults | None = None,
+    max_payload_bytes: int = 1_000_000,
+    restore: bool | Collection[str] = True,
+    readonly: bool = False,
+    run_agents: bool = True,
+    fleet: FleetConfig | None = None,
+) -> AgentSystem:
+    """Open the store at `url` with `plugins` and return the system (what `stead.open` does once it has
+    turned its keyword shortcuts into plugins).
+
+    Order: every plugin's tools, providers, hooks and migrations are collected (`hooks` run before the
+    plugins' hooks); the store opens and migrates; plugins start in order; then agents that owe work are
+    restored (`restore=False`: none; a collection of ids: only those).
+
+    On PostgreSQL the process is a worker of a fleet (`stead.core.fleet`, settings `fleet`): restoring
+    means claiming owed agents nobody live owns, and it keeps claiming while open (`restore=False`: it
+    runs only the agents it creates or resumes). `run_agents=False` opens a client instead: it creates
+    agents, accepts messages, aborts and reads, and never runs a loop."""
+    names = [p.name for p in plugins]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigurationError(f"two plugins are named {', '.join(map(repr, dupes))}")
+    provider_map: dict[str, Provider] = {}
+    tool_map: dict[str, Tool] = {}
+    hook_list: list[Hooks] = list(hooks)
+    for p in plugins:
+        for pname, prov in p.providers().items():
+            if pname in provider_map and provider_map[pname] is not prov:
+                raise ConfigurationError(f"two plugins register a provider named {pname!r}")
+            provider_map[pname] = prov
+        hook_list.extend(p.hooks())
+    provider_map.update(providers or {})  # the caller's own providers win over plugins'
+    _register_tools(tool_map, tools)
+    for p in plugins:
+        _register_tools(tool_map, p.tools())
+    tool_map.setdefault(RECALL_TOOL, recall_tool())  # the kernel's built-in tool of expiration (K1)
+    dialect = dialect_of(url)  # what the store registered for the URL's scheme declares (`stead.stores`)
+    migrations = _collect_migrations(plugins, hook_list, dialect)
+    tag = None
+    if dialect == "postgresql" and run_agents and not readonly and "application_name=" not in url:
+        # every session of this worker carries its tag, so that the fleet can end the sessions (and free
+        # the row locks) of a worker evicted while frozen inside a transaction (`stead.core.fleet`)
+        tag = new_id()[:16]
+        url = f"{url}{'&' if '?' in url else '?'}application_name={SESSION_PREFIX}{tag}"
+    store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
+    router = ModelRouter(provider_map)
+    env = Env(
+        store=store,
+        providers=provider_map,
+        tools=tool_map,
+        hooks=HookSet(hook_list),
+        retry=retry or RetryPolicy(),
+        max_payload_bytes=max_payload_bytes,
+        compatible=router.compatible,
+        resolve_provider=router.provider_for,
+        context_window=router.context_window,
+        output_limit=router.output_limit,
+        # aborting an agent another process runs (a worker's fleet answers for the agents it owns)
+        remote_abort=functools.partial(notify_abort, store) if store.capabilities.fleet is not None else None,
+    )
+    system = AgentSystem(
+        store,
+        env,
+        router,
+        plugins,
+        readonly=readonly,
+        run_agents=run_agents,
+        fleet=fleet,
+        claim=restore is True,
+        session_tag=tag,
+    )
+    await system._start(restore)
+    return system
+
+
+def _collect_migrations(
+    plugins: Sequence[Plugin], hooks: Sequence[Hooks], dialect: str
+) -> dict[str, list[str]]:
+    """Every module's scripts for the store's dialect. A plugin with migrations but none for this dialect
+    cannot be opened here (its SQL would fail later, mid-run)."""
+    out: dict[str, list[str]] = {}
+    sources: list[tuple[str, Mapping[str, Sequence[str]]]] = []
+    for p in plugins:
+        if not p.migrations:
+            continue
+        scripts = p.migrations.get(dialect)
+        if scripts is None:
+            have = ", ".join(sorted(p.migrations))
+            raise ConfigurationError(
+                f"plugin {p.name!r} has no schema migrations for {dialect} stores (it has: {have})"
+            )
+        sources.append((f"plugin {p.name!r}", scripts))
+    for h in hooks:
+        if isinstance(h, Plugin):
+            continue  # a plugin that is its own hooks declared its migrations per dialect, above
+        legacy = type(h).migrations  # Hooks.migrations: module -> scripts, SQLite dialect
+        if legacy:
+            if dialect != "sqlite":
+                raise ConfigurationError(
+                    f"hooks {type(h).__name__} declare SQLite migrations only; wrap them in a stead.Plugin "
+                    f"with migrations for {dialect}"
+                )
+            sources.append((f"hooks {type(h).__name__}", legacy))
+    for who, scripts in sources:
+        for module, module_scripts in scripts.items():
+            if module in out and out[module] != list(module_scripts):
+                raise ConfigurationError(f"{who} declares different migrations for module {module!r}")
+            out[module] = list(module_scripts)
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Run", "RunReader", "Step"]
+__all__ = ["Run", "RunReader", "Step", "run_json", "step_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,57 @@ class Run:
         for c in self.children:
             out.extend(c.walk())
         return out
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as callers read it, without its steps and children: the one JSON form of a run, which the HTTP
+    service answers (its error made public) and `stead runs --json` prints a part of. `usage_estimated` and
+    `usage_unknown` say how far its tokens are known (see `Run`)."""
+    return {
+        "id": run.id,
+        "agent_id": run.agent_id,
+        "agent_name": run.agent_name,
+        "parent_run_id": run.parent_run_id,
+        "parent_step_id": run.parent_step_id,
+        "status": run.status,
+        "started_at": run.started_at,
+        "completed_at": run.completed_at,
+        "duration": run.duration,
+        "error": run.error,
+        "final_message": run.final_message,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cached_tokens": run.cached_tokens,
+        "cost": run.cost,
+        "own_input_tokens": run.own_input_tokens,
+        "own_output_tokens": run.own_output_tokens,
+        "own_cost": run.own_cost,
+        "iterations": run.iterations,
+        "restarts": run.restarts,
+        "breadcrumb": run.breadcrumb,
+        "usage_estimated": run.usage_estimated,
+        "usage_unknown": run.usage_unknown,
+    }
+
+
+def step_json(step: Step) -> dict[str, Any]:
+    """A step as callers read it: the one JSON form of a step (see `run_json`)."""
+    return {
+        "id": step.id,
+        "run_id": step.run_id,
+        "number": step.number,
+        "type": step.type,
+        "name": step.name,
+        "status": step.status,
+        "started_at": step.started_at,
+        "completed_at": step.completed_at,
+        "duration": step.duration,
+        "target": step.target,
+        "target_run_id": step.target_run_id,
+        "error": step.error,
+        "input": step.input,
+        "output": step.output,
+    }
 
 
 @runtime_checkable

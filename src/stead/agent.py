@@ -54,7 +54,7 @@ from stead.messages import (
 )
 
 if TYPE_CHECKING:
-    from stead._admission import Admission, BeforeAccept
+    from stead._group_commit import BeforeAccept, GroupCommit
     from stead.store.base import Tx
 
 __all__ = ["Acceptance", "Agent", "Input", "check_message", "check_storable"]
@@ -92,7 +92,7 @@ class Agent:
 
     def __init__(
         self,
-        admission: Admission,
+        admission: GroupCommit,
         runtime: AgentRuntime,
         approval_source: Callable[[], ApprovalSource] | None = None,
     ) -> None:
@@ -412,7 +412,7 @@ class Agent:
             raise InvalidInput("the same message id appears twice in one delivery")
         for item in items:
             self._admission.validate(self._incoming(item))
-        created = await self._admission.accept(self._rt, items, before_accept)
+        created = await self._admission.submit(self._rt, items, before_accept)
         return [Acceptance(i.id, i.delivery, c) for i, c in zip(items, created, strict=True)]  # type: ignore[arg-type]
 
     def _validate(self, item: Input) -> Inbound:

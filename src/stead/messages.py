@@ -2,6 +2,7 @@
 
 Blocks are small frozen dataclasses so that `stead.Text("hi")` reads naturally and costs little on the hot
 path. `encode_block` / `decode_block` define the stored form; it is part of the on-disk format.
+`block_json` / `message_json` define the readable form callers see (the CLI's `--json`, the HTTP service).
 
 Text that cannot be encoded as UTF-8 (a lone surrogate, U+D800–U+DFFF, which a Python `str` can hold but
 no store can) is repaired where it enters from outside (`repair_block`: model output, tool results): each
@@ -24,13 +25,16 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Usage",
+    "block_json",
     "decode_block",
     "encode_block",
+    "message_json",
     "repair_block",
     "repair_text",
     "repair_value",
     "text_of",
     "unstorable",
+    "usage_json",
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "tool", "system"]
@@ -88,7 +92,7 @@ class Usage:
     """Token usage of one inference, and its cost in USD when the model's prices are known.
 
     `estimated` is True when the server reported no usage and stead counted the tokens itself (offline,
-    `stead.core.tokens`): the numbers are then an estimate, shown as such (`~1,234`), never as 0."""
+    `stead._tokens`): the numbers are then an estimate, shown as such (`~1,234`), never as 0."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -162,6 +166,75 @@ def decode_block(data: dict[str, Any]) -> Block:
     if kind == "z":
         return Reasoning(data["x"], data.get("s"), bool(data.get("d")), fixed)
     raise ValueError(f"unknown stored block kind {kind!r}")
+
+
+# ------------------------------------------------------------------------------------- the readable form
+def block_json(block: Block) -> dict[str, Any]:
+    """A content block as callers read it, with a `type` on every block: the one form of `stead history
+    --json`, the HTTP service's answers and its event payloads.
+
+    A redacted reasoning block (Anthropic's `redacted_thinking`) holds the vendor's encrypted data, kept only
+    to be replayed to the model verbatim: it shows as `{"type": "reasoning", "text": "", "redacted": true}`,
+    never the data (as a signature is never shown)."""
+    if isinstance(block, Text):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, Reasoning):
+        if block.redacted:
+            return {"type": "reasoning", "text": "", "redacted": True}
+        return {"type": "reasoning", "text": block.text}
+    if isinstance(block, ToolCall):
+        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
+    if isinstance(block, ToolResult):
+        return {
+            "type": "tool_result",
+            "call_id": block.call_id,
+            "output": block.output,
+            "is_error": block.is_error,
+        }
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def usage_json(usage: Usage | None) -> dict[str, Any] | None:
+    """A usage record as callers read it (None for None)."""
+    if usage is None:
+        return None
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "cost": usage.cost,
+    }
+
+
+def message_json(message: Message, index: int | None = None, *, sparse: bool = False) -> dict[str, Any]:
+    """A history message as callers read it, its blocks in `block_json`'s form.
+
+    The full form (the HTTP service) has every field, null where unset, the joined `text`, and `index`
+    when one is given. The sparse form (`stead history --json`) has `role`, `content` and only those of
+    `id`, `usage`, `metadata` that are set."""
+    content = [block_json(b) for b in message.content]
+    out: dict[str, Any]
+    if sparse:
+        out = {"role": message.role}
+        if message.id is not None:
+            out["id"] = message.id
+        out["content"] = content
+        if message.usage is not None:
+            out["usage"] = usage_json(message.usage)
+        if message.metadata:
+            out["metadata"] = message.metadata
+        return out
+    out = {
+        "id": message.id,
+        "role": message.role,
+        "content": content,
+        "text": message.text,
+        "metadata": message.metadata,
+        "usage": usage_json(message.usage),
+    }
+    if index is not None:
+        out["index"] = index
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- S5, A7

@@ -1,31 +1,33 @@
 """`AgentSystem`: owns one store and its plugins; creates, finds, restores and deletes agents; closes cleanly.
+With it, `stead.Plugin`, the base class of what it hosts (each is typed by the other, so they share a module).
 
 The system knows no layer above the kernel: run records, tracing, orchestration and every later layer are
-`stead.Plugin`s handed to `open_system` (`stead.open` adds the built-in ones for its keyword shortcuts).
-Plugins contribute tools, providers, hooks, per-dialect migrations, message validators and a start/close
-lifecycle, and reach the system through its public methods only.
+`stead.Plugin`s handed to `open_system` (`stead._open`; `stead.open` adds the built-in ones for its keyword
+shortcuts). Plugins contribute tools, providers, hooks, per-dialect migrations, message validators and a
+start/close lifecycle, and reach the system through its public methods only.
 
 Opening restores exactly the agents that owe work, by reading their small pending records — never their
 transcripts (R3) — after every plugin has started, so restored agents run with all hooks installed.
-Acceptance (validation by plugins, group commit) lives in `stead._admission`.
+Acceptance (validation by plugins, group commit) lives in `stead._group_commit`; `Opening`, what
+`stead.open` returns, in `stead._opening` (re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, ParamSpec, cast
+from typing import Any, ClassVar, TypeVar, cast
 
-from stead._admission import Admission
 from stead._approvals import Approval, ApprovalSource, ApprovalStatus, Decision
+from stead._group_commit import GroupCommit
 from stead._ids import ID_RULE, is_valid_user_id, new_id
+from stead._opening import Opening
 from stead._plugin import (
     DefinitionSource,
     IncomingMessage,
@@ -36,10 +38,9 @@ from stead._plugin import (
 )
 from stead._runs import Run, RunReader
 from stead.agent import Agent
-from stead.core.config import PERMISSION_MODES, AgentConfig, ContextPolicy, Env, QueueMode, RetryPolicy
-from stead.core.expire import RECALL_TOOL, recall_tool
-from stead.core.fleet import SESSION_PREFIX, Fleet, FleetConfig, notify_abort
-from stead.core.hooks import HookContext, Hooks, HookSet
+from stead.core.config import PERMISSION_MODES, AgentConfig, ContextPolicy, Env, QueueMode
+from stead.core.fleet import Fleet, FleetConfig
+from stead.core.hooks import HookContext, Hooks
 from stead.core.records import PENDING, SETTINGS, Pending
 from stead.core.runtime import AgentRuntime, inside_agent
 from stead.core.structured import check_output_schema
@@ -53,14 +54,14 @@ from stead.errors import (
 from stead.providers._options import check_model_options
 from stead.providers.base import ModelOptions, Provider
 from stead.providers.router import ModelRouter
-from stead.store import Faults, Store, dialect_of, open_store
+from stead.store import Store
 from stead.store.base import AgentRow
 from stead.tools._tool import Tool, tool
 
-__all__ = ["AgentInfo", "AgentSystem", "Opening", "Plugin", "open_system"]
+__all__ = ["AgentInfo", "AgentSystem", "Opening", "Plugin"]
 
 log = logging.getLogger("stead.system")
-P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Plugin:
@@ -116,6 +117,9 @@ class AgentSystem:
         *,
         readonly: bool = False,
         run_agents: bool = True,
+        fleet: FleetConfig | None = None,
+        claim: bool = True,
+        session_tag: str | None = None,
     ) -> None:
         self.store = store
         self.readonly = readonly
@@ -131,7 +135,7 @@ class AgentSystem:
         self._runtimes: dict[str, AgentRuntime] = {}
         self._closed = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
-        self.admission = Admission(
+        self.admission = GroupCommit(
             store,
             self.router,
             max_payload_bytes=env.max_payload_bytes,
@@ -143,6 +147,9 @@ class AgentSystem:
             readonly=readonly,
         )
         self.restored: list[str] = []
+        if self.run_agents and store.capabilities.fleet is not None:
+            # a worker of a fleet (`claim`: it claims owed agents by itself, `stead.core.fleet`)
+            self.fleet = Fleet(self, store, env, self._runtimes, fleet, claim=claim, session_tag=session_tag)
 
     async def __aenter__(self) -> AgentSystem:
         return self
@@ -183,12 +190,19 @@ class AgentSystem:
     def memory(self) -> Any:
         """Long-term memory (notes and examples) of this system's agents: a `stead.memory.Memory`, served
         by the plugin that keeps it (`stead.open(url, memory=True)`); `ConfigurationError` without one."""
+        return self._provider_of(
+            MemorySource,
+            "system.memory needs the memory plugin: open the system with stead.open(url, memory=True)",
+        ).memory
+
+    def _provider_of(self, kind: Callable[..., T], missing: str) -> T:
+        """The first plugin that is a `kind` (a runtime-checkable protocol: the API a plugin backs, such
+        as `RunReader`); `ConfigurationError(missing)` when no plugin is one. (`kind` is typed as a callable
+        because mypy refuses protocols where `type[T]` is expected, python/mypy#4717.)"""
         for p in self._plugins:
-            if isinstance(p, MemorySource):
-                return p.memory
-        raise ConfigurationError(
-            "system.memory needs the memory plugin: open the system with stead.open(url, memory=True)"
-        )
+            if isinstance(p, cast("type[T]", kind)):
+                return p
+        raise ConfigurationError(missing)
 
     def add_tools(self, tools: Iterable[Tool | Callable[..., Any]]) -> None:
         """Register more tools (a plugin's `start` may, e.g. tools discovered from an MCP server)."""
@@ -381,12 +395,10 @@ class AgentSystem:
         return ContextPolicy(**items), result_chars
 
     def _definition_source(self) -> DefinitionSource:
-        for p in self._plugins:
-            if isinstance(p, DefinitionSource):
-                return p
-        raise ConfigurationError(
+        return self._provider_of(
+            DefinitionSource,
             "create(definition=...) needs definitions: open the system with definitions=DIR "
-            "(or a plugin that provides them)"
+            "(or a plugin that provides them)",
         )
 
     async def realtime(
@@ -401,13 +413,12 @@ class AgentSystem:
         (its undelivered results come first); `overrides` is the runtime layer of its settings. Needs a
         plugin that opens sessions (`stead.realtime.RealtimePlugin`)."""
         self._check_open()
-        for p in self._plugins:
-            if isinstance(p, RealtimeSource):
-                return await p.open_session(self, definition, session_id=session_id, overrides=overrides)
-        raise ConfigurationError(
+        source = self._provider_of(
+            RealtimeSource,
             "system.realtime() needs the realtime plugin: "
-            "stead.open(..., definitions=DIR, plugins=[stead.realtime.RealtimePlugin()])"
+            "stead.open(..., definitions=DIR, plugins=[stead.realtime.RealtimePlugin()])",
         )
+        return await source.open_session(self, definition, session_id=session_id, overrides=overrides)
 
     async def get(self, agent_id: str, *, resume: bool = False) -> Agent:
         """The agent with this id; raises `AgentNotFound`.
@@ -450,7 +461,7 @@ class AgentSystem:
     @property
     def _local(self) -> bool:
         """Agents of this store run here unless a fleet decides otherwise (SQLite: always)."""
-        return self.run_agents and self.store.dialect != "postgresql"
+        return self.run_agents and self.store.capabilities.fleet is None
 
     @property
     def closing(self) -> bool:
@@ -555,6 +566,26 @@ class AgentSystem:
         finally:
             self._closed.set()
 
+    async def _start(self, restore: bool | Collection[str]) -> None:
+        """Start the plugins in order, then restore the agents that owe work (`restore=False`: none; a
+        collection of ids: only those); a failure stops the started plugins and closes the store."""
+        try:
+            await self._start_plugins()
+            if self.readonly or not self.run_agents:
+                pass  # an inspector or a client never runs anything
+            elif self.fleet is not None:
+                only = None if restore is True or restore is False else set(restore)
+                self.restored = await self.fleet.start(only)
+                self._log_restored()
+            elif restore is True:
+                await self._restore()
+            elif restore:
+                await self._restore(only=set(restore))
+        except BaseException:
+            await self._stop_plugins()
+            await self.store.close()
+            raise
+
     async def _start_plugins(self) -> None:
         for p in self._plugins:
             await p.start(self)
@@ -581,10 +612,9 @@ class AgentSystem:
 
     # ------------------------------------------------------------------ run records (docs/observability.md)
     def _run_reader(self) -> RunReader:
-        for p in self._plugins:
-            if isinstance(p, RunReader):
-                return p
-        raise ConfigurationError("run records are off: open the system with records=True (the default)")
+        return self._provider_of(
+            RunReader, "run records are off: open the system with records=True (the default)"
+        )
 
     async def runs(self, agent_id: str | None = None, limit: int = 50) -> list[Run]:
         """Recorded runs, newest first (optionally of one agent), without steps or children."""
@@ -596,10 +626,7 @@ class AgentSystem:
 
     # ------------------------------------------------------------------ approvals (docs/approvals.md)
     def _approval_source(self) -> ApprovalSource:
-        for p in self._plugins:
-            if isinstance(p, ApprovalSource):
-                return p
-        raise ConfigurationError("approvals are off: open the system with approvals=True")
+        return self._provider_of(ApprovalSource, "approvals are off: open the system with approvals=True")
 
     async def approvals(
         self,
@@ -669,163 +696,3 @@ def _register_tools(into: dict[str, Tool], tools: Iterable[Tool | Callable[..., 
                 continue
             raise ConfigurationError(f"two tools are named {t_obj.name!r}")
         into[t_obj.name] = t_obj
-
-
-def _collect_migrations(
-    plugins: Sequence[Plugin], hooks: Sequence[Hooks], dialect: str
-) -> dict[str, list[str]]:
-    """Every module's scripts for the store's dialect. A plugin with migrations but none for this dialect
-    cannot be opened here (its SQL would fail later, mid-run)."""
-    out: dict[str, list[str]] = {}
-    sources: list[tuple[str, Mapping[str, Sequence[str]]]] = []
-    for p in plugins:
-        if not p.migrations:
-            continue
-        scripts = p.migrations.get(dialect)
-        if scripts is None:
-            have = ", ".join(sorted(p.migrations))
-            raise ConfigurationError(
-                f"plugin {p.name!r} has no schema migrations for {dialect} stores (it has: {have})"
-            )
-        sources.append((f"plugin {p.name!r}", scripts))
-    for h in hooks:
-        if isinstance(h, Plugin):
-            continue  # a plugin that is its own hooks declared its migrations per dialect, above
-        legacy = type(h).migrations  # Hooks.migrations: module -> scripts, SQLite dialect
-        if legacy:
-            if dialect != "sqlite":
-                raise ConfigurationError(
-                    f"hooks {type(h).__name__} declare SQLite migrations only; wrap them in a stead.Plugin "
-                    f"with migrations for {dialect}"
-                )
-            sources.append((f"hooks {type(h).__name__}", legacy))
-    for who, scripts in sources:
-        for module, module_scripts in scripts.items():
-            if module in out and out[module] != list(module_scripts):
-                raise ConfigurationError(f"{who} declares different migrations for module {module!r}")
-            out[module] = list(module_scripts)
-    return out
-
-
-class Opening:
-    """What `stead.open(...)` returns: awaitable (`system = await stead.open(...)`) and an async context
-    manager (`async with stead.open(...) as system:`, which closes the system on exit), as aiosqlite's
-    `connect` is. `async with await stead.open(...)` works too: the system is its own context manager."""
-
-    __slots__ = ("_coro", "_system")
-
-    def __init__(self, coro: Coroutine[Any, Any, AgentSystem]) -> None:
-        self._coro = coro
-        self._system: AgentSystem | None = None
-
-    def __await__(self) -> Generator[Any, None, AgentSystem]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> AgentSystem:
-        self._system = await self._coro
-        return self._system
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._system is not None:
-            await self._system.close()
-
-
-def _opening(fn: Callable[P, Coroutine[Any, Any, AgentSystem]]) -> Callable[P, Opening]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Opening:
-        return Opening(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def open_system(
-    url: str,
-    *,
-    plugins: Sequence[Plugin] = (),
-    providers: Mapping[str, Provider] | None = None,
-    tools: Iterable[Tool | Callable[..., Any]] = (),
-    hooks: Sequence[Hooks] = (),
-    retry: RetryPolicy | None = None,
-    faults: Faults | None = None,
-    max_payload_bytes: int = 1_000_000,
-    restore: bool | Collection[str] = True,
-    readonly: bool = False,
-    run_agents: bool = True,
-    fleet: FleetConfig | None = None,
-) -> AgentSystem:
-    """Open the store at `url` with `plugins` and return the system (what `stead.open` does once it has
-    turned its keyword shortcuts into plugins).
-
-    Order: every plugin's tools, providers, hooks and migrations are collected (`hooks` run before the
-    plugins' hooks); the store opens and migrates; plugins start in order; then agents that owe work are
-    restored (`restore=False`: none; a collection of ids: only those).
-
-    On PostgreSQL the process is a worker of a fleet (`stead.core.fleet`, settings `fleet`): restoring
-    means claiming owed agents nobody live owns, and it keeps claiming while open (`restore=False`: it
-    runs only the agents it creates or resumes). `run_agents=False` opens a client instead: it creates
-    agents, accepts messages, aborts and reads, and never runs a loop."""
-    names = [p.name for p in plugins]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigurationError(f"two plugins are named {', '.join(map(repr, dupes))}")
-    provider_map: dict[str, Provider] = {}
-    tool_map: dict[str, Tool] = {}
-    hook_list: list[Hooks] = list(hooks)
-    for p in plugins:
-        for pname, prov in p.providers().items():
-            if pname in provider_map and provider_map[pname] is not prov:
-                raise ConfigurationError(f"two plugins register a provider named {pname!r}")
-            provider_map[pname] = prov
-        hook_list.extend(p.hooks())
-    provider_map.update(providers or {})  # the caller's own providers win over plugins'
-    _register_tools(tool_map, tools)
-    for p in plugins:
-        _register_tools(tool_map, p.tools())
-    tool_map.setdefault(RECALL_TOOL, recall_tool())  # the kernel's built-in tool of expiration (K1)
-    migrations = _collect_migrations(plugins, hook_list, dialect_of(url))
-    tag = None
-    if dialect_of(url) == "postgresql" and run_agents and not readonly and "application_name=" not in url:
-        # every session of this worker carries its tag, so that the fleet can end the sessions (and free
-        # the row locks) of a worker evicted while frozen inside a transaction (`stead.core.fleet`)
-        tag = new_id()[:16]
-        url = f"{url}{'&' if '?' in url else '?'}application_name={SESSION_PREFIX}{tag}"
-    store = await open_store(url, faults=faults, migrations=migrations, readonly=readonly)
-    router = ModelRouter(provider_map)
-    env = Env(
-        store=store,
-        providers=provider_map,
-        tools=tool_map,
-        hooks=HookSet(hook_list),
-        retry=retry or RetryPolicy(),
-        max_payload_bytes=max_payload_bytes,
-    )
-    env.resolve_provider = router.provider_for
-    env.compatible = router.compatible
-    env.context_window = router.context_window
-    env.output_limit = router.output_limit
-    system = AgentSystem(store, env, router, plugins, readonly=readonly, run_agents=run_agents)
-    if store.dialect == "postgresql":
-        env.remote_abort = functools.partial(notify_abort, store)
-        if system.run_agents:
-            system.fleet = Fleet(
-                system, store, env, system._runtimes, fleet, claim=restore is True, session_tag=tag
-            )
-    try:
-        await system._start_plugins()
-        if readonly or not system.run_agents:
-            pass  # an inspector or a client never runs anything
-        elif system.fleet is not None:
-            only = None if restore is True or restore is False else set(restore)
-            system.restored = await system.fleet.start(only)
-            system._log_restored()
-        elif restore is True:
-            await system._restore()
-        elif restore:
-            await system._restore(only=set(restore))
-    except BaseException:
-        await system._stop_plugins()
-        await store.close()
-        raise
-    return system

@@ -46,6 +46,7 @@ from stead.core.records import full_records
 from stead.messages import ToolCall, ToolResult, decode_block
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse, _events
 from tests.chaos.requests import RequestLog, Stored, check_requests, read_requests, stored_from_records
+from tests.fakes.crash_points import KVLedger
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -346,16 +347,8 @@ def respond(request: stead.ProviderRequest) -> ScriptedResponse:
     return resp
 
 
-class Ledger(stead.Hooks):
+class Ledger(KVLedger):
     """Writes activation / settlement events into the store, in the transaction that describes them."""
-
-    async def _log(self, ctx: stead.HookContext, event: list[Any]) -> None:
-        tx = ctx.tx
-        assert tx is not None
-        raw = await tx.get(ctx.agent_id, "kv.a.ledger")
-        items = json.loads(raw) if raw else []
-        items.append(event)
-        await tx.write(ctx.agent_id, "kv.a.ledger", json.dumps(items))
 
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         await self._log(ctx, ["a", ctx.run_id, ctx.restored, World.inc])

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +14,9 @@ import stead
 import stead.testing
 from stead.core.records import full_records
 from tests.fakes.context import WindowModel, fetch, stored, tool_pairs_ok
+from tests.fakes.kill import run_and_kill
 
-ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).resolve().parent / "compact_worker.py"
 AGENT = "crashcompact01"
 
 
@@ -102,21 +101,8 @@ async def test_K1_replacement_is_atomic_at_every_store_operation(tmp_path: Path)
 async def test_K1_sigkill_during_the_summary_request(tmp_path: Path) -> None:
     db = tmp_path / "kill.db"
     original = await _prepare(f"sqlite:///{db}")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "tests" / "context" / "compact_worker.py"),
-        str(db),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
-        assert line.decode().strip() == "SUMMARY"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    markers = await run_and_kill(WORKER, db, until="SUMMARY")
+    assert markers == ["SUMMARY"]
     model = WindowModel(window=10**6, enforce=False)
     async with await _open(f"sqlite:///{db}", model) as system:
         current, archive = await stored(system, AGENT)

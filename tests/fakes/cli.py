@@ -1,4 +1,5 @@
-"""Helpers for tests that run the `stead` command as a real process (subprocess or pseudo-terminal)."""
+"""Helpers for tests that run the `stead` command: as a real process (subprocess or pseudo-terminal), or in
+this process through typer's `CliRunner` (`invoke`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-import stead
+from typer.testing import CliRunner
 
-__all__ = ["STEAD", "cli_env", "empty_store", "run_cli", "start_cli", "write_waiting_agent"]
+import stead
+from stead.cli import app
+
+__all__ = ["STEAD", "cli_env", "empty_store", "invoke", "run_cli", "start_cli", "write_waiting_agent"]
 
 STEAD = [sys.executable, "-c", "from stead.cli import main; main()"]
 """The console script, run by this interpreter (the test's venv)."""
@@ -32,6 +36,15 @@ def empty_store(path: Path) -> None:
         await (await stead.open(f"sqlite:///{path}")).close()
 
     asyncio.run(make())
+
+
+def invoke(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    """Run `stead ARGS...` in this process (typer's `CliRunner`, `input` as its standard input): (exit code,
+    stdout, stderr). An exception other than the command's own exit is raised."""
+    result = CliRunner().invoke(app, list(args), input=input)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
 
 
 def run_cli(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import stead
-from stead.core.tokens import estimate_messages, estimate_text, estimate_tools
+from stead._tokens import estimate_messages, estimate_text, estimate_tools
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 
 __all__ = ["BIG", "WindowModel", "fetch", "request_tokens", "stored", "tool_pairs_ok"]

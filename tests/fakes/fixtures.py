@@ -1,4 +1,5 @@
-"""pytest fixtures shared by the provider tests: an environment without real keys, and running fake servers.
+"""pytest fixtures shared by the provider tests: an environment without real keys (or with test keys only),
+and running fake servers.
 
 Registered for the whole suite by `pytest_plugins` in tests/conftest.py.
 """
@@ -12,7 +13,7 @@ import pytest
 from tests.fakes.anthropic_server import AnthropicFakeServer
 from tests.fakes.openai_server import OpenAIFakeServer
 
-__all__ = ["ENV_TO_CLEAR", "ant", "isolated_env", "oai"]
+__all__ = ["ENV_TO_CLEAR", "ant", "fake_api_keys", "isolated_env", "oai"]
 
 ENV_TO_CLEAR = (
     "OPENAI_API_KEY",
@@ -37,6 +38,14 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No real key, base URL, catalog or proxy from the developer's environment reaches a test."""
     for name in ENV_TO_CLEAR:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake_api_keys(isolated_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test keys for both vendors, for modules whose models are reached through the catalog (no real key
+    is left after `isolated_env`): `pytestmark = pytest.mark.usefixtures("fake_api_keys")`."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
 
 
 @pytest.fixture

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sqlite3
-import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,9 +16,10 @@ import pytest
 
 import stead
 from tests.fakes import flows as F
+from tests.fakes.crash_points import measured_once, parametrize_crash_at, run_until_crash
+from tests.fakes.kill import run_and_kill
 from tests.flows import flow_kill_worker as W
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 TIMEOUT = 30
 AGENT_ID = "flowcrash0001"
 MESSAGE_ID = "flowcrashmsg0001"
@@ -66,24 +64,16 @@ async def _open(url: str, team: Path, faults: stead.testing.Faults | None = None
 
 async def _attempt(url: str, team: Path, faults: stead.testing.Faults) -> None:
     """One process lifetime that may die at any store operation."""
-    try:
-        system = await _open(url, team, faults)
-    except stead.StoreCrashed:
-        return
-    try:
+
+    async def act(system: stead.AgentSystem) -> None:
         try:
             agent = await system.get(AGENT_ID)
         except stead.AgentNotFound:
             agent = await system.create(definition="crashy", agent_id=AGENT_ID)
         await agent.send("refund order 1", id=MESSAGE_ID, payload=PAYLOAD)
         await agent.wait_idle(timeout=TIMEOUT)
-    except stead.StoreCrashed:
-        pass
-    finally:
-        if faults.crashed:
-            system.abandon()
-        else:
-            await system.close()
+
+    await run_until_crash(_open(url, team, faults), faults, act)
 
 
 async def _finish(url: str, team: Path) -> tuple[stead.RunResult, Counter[str]]:
@@ -134,25 +124,17 @@ async def _clean_count(base: Path) -> tuple[int, stead.RunResult]:
     await _attempt(url, team, faults)
     assert not faults.crashed
     result, _ = await _finish(url, team)
+    F.reset()
     return faults.ops, result
 
 
-_CLEAN: dict[str, Any] = {}
-
-
-def _clean() -> tuple[int, stead.RunResult]:
-    if "n" not in _CLEAN:
-        with tempfile.TemporaryDirectory(prefix="stead-flow-count-") as d:
-            _CLEAN["n"], _CLEAN["result"] = asyncio.run(_clean_count(Path(d)))
-        F.reset()
-    return _CLEAN["n"], _CLEAN["result"]
+_clean = measured_once(_clean_count, "stead-flow-count-")
+"""(the store operations of a clean run, its result), measured once per session."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One test per store operation of a clean run (measured at collection: every id is a real point)."""
-    if "crash_at" in metafunc.fixturenames:
-        n, _ = _clean()
-        metafunc.parametrize("crash_at", range(n + 1), ids=lambda i: f"op{i:03d}")
+    parametrize_crash_at(metafunc, lambda: range(_clean()[0] + 1))
 
 
 def test_the_flow_exercises_the_store() -> None:
@@ -382,33 +364,6 @@ def _read(path: Path) -> str:
     return path.read_text()
 
 
-async def _run_and_kill(db: Path, team: Path, mode: str, until: str) -> list[str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "tests" / "flows" / "flow_kill_worker.py"),
-        str(db),
-        str(team),
-        mode,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    markers: list[str] = []
-    try:
-        while True:
-            line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
-            assert line, f"the child exited early (markers so far: {markers})"
-            markers.append(line.decode().strip())
-            if markers[-1].startswith(until):
-                break
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return markers
-
-
 @pytest.mark.parametrize(("mode", "until"), [("durable", "IN_FETCH"), ("plain", "IN_PAY")])
 async def test_F1_a_real_sigkill_resumes_at_the_first_uncommitted_step(
     tmp_path: Path, mode: str, until: str
@@ -416,7 +371,7 @@ async def test_F1_a_real_sigkill_resumes_at_the_first_uncommitted_step(
     db = tmp_path / "flow.db"
     team = tmp_path / "team"
     W.write_team(team)
-    await _run_and_kill(db, team, mode, until)
+    await run_and_kill(Path(W.__file__), db, team, mode, until=until)
 
     W.BLOCK = False
     W.LOG = Path(str(db) + ".log")

@@ -6,21 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 import stead
-from stead.cli import app
+from tests.fakes.cli import invoke
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TRIAGE = ROOT / "examples" / "triage"
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args))
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_F12_the_triage_example_refunds_or_escalates_and_shows_its_run_tree(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 import stead
 from stead.memory import AgentMemory, HashEmbedder, MemoryConfig
 from stead.testing import ScriptedProvider
+from tests.conftest import tool_results_since_last_user
 
 Responder = Callable[[stead.ProviderRequest], list[stead.Block]]
 
@@ -19,12 +20,7 @@ def remember_then_answer(*writes: dict[str, Any], answer: str = "noted") -> Resp
     """A responder that makes the given `remember` calls, one per response, then answers."""
 
     def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        done = 0
-        for m in reversed(request.messages):
-            if m.role == "user":
-                break
-            if m.role == "tool":
-                done += len(m.content)
+        done = tool_results_since_last_user(request)
         if done < len(writes):
             return [stead.ToolCall("remember", dict(writes[done]))]
         return [stead.Text(answer)]

@@ -4,10 +4,6 @@ right after that transaction committed."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +12,9 @@ import pytest
 import stead
 from stead.memory import AgentMemory, HashEmbedder, MemoryConfig
 from stead.testing import ScriptedProvider
+from tests.fakes.crash_points import measured_once, parametrize_crash_at, run_until_crash
+from tests.fakes.kill import run_and_kill
 from tests.memory import kill_worker as W
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class CountingEmbedder(HashEmbedder):
@@ -52,22 +48,12 @@ async def _prepare(url: str) -> None:
 
 
 async def _run_once(url: str, faults: stead.testing.Faults, embedder: Any = None) -> None:
-    try:
-        system = await _open(url, faults, embedder)
-    except stead.StoreCrashed:
-        return
-    try:
+    async def act(system: stead.AgentSystem) -> None:
         agent = await system.get(W.AGENT_ID)
         await agent.send("remember my seat", id=W.MESSAGE_ID, user="u1")
         await agent.wait_idle(timeout=10)
-    except stead.StoreCrashed:
-        pass
-    finally:
-        if faults.crashed:
-            system.abandon()
-            await system.store.close()
-        else:
-            await system.close()
+
+    await run_until_crash(_open(url, faults, embedder), faults, act, close_store=True)
 
 
 async def assert_written_once(url: str) -> None:
@@ -89,9 +75,6 @@ async def assert_written_once(url: str) -> None:
     assert history[-1].text == "noted"
 
 
-_RANGE: dict[str, tuple[int, int]] = {}
-
-
 async def _measure(d: Path) -> tuple[int, int]:
     url = f"sqlite:///{d}/count.db?synchronous=off"
     await _prepare(url)
@@ -102,18 +85,12 @@ async def _measure(d: Path) -> tuple[int, int]:
     return emb.at, faults.ops
 
 
-def call_ops() -> tuple[int, int]:
-    """(the store operation at which the remember call starts, the conversation's last operation + 1)."""
-    if "r" not in _RANGE:
-        with tempfile.TemporaryDirectory(prefix="stead-mem-") as d:
-            _RANGE["r"] = asyncio.run(_measure(Path(d)))
-    return _RANGE["r"]
+call_ops = measured_once(_measure, "stead-mem-")
+"""(the store operation at which the remember call starts, the conversation's last operation + 1)."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "crash_at" in metafunc.fixturenames:
-        start, end = call_ops()
-        metafunc.parametrize("crash_at", range(start, end + 1), ids=lambda i: f"op{i:03d}")
+    parametrize_crash_at(metafunc, lambda: range(call_ops()[0], call_ops()[1] + 1))
 
 
 async def test_M1_remember_exactly_once_under_a_crash_at_every_store_operation(
@@ -132,18 +109,8 @@ def test_M1_the_crash_points_cover_the_call() -> None:
 
 
 async def _kill(db: Path, mode: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "tests" / "memory" / "kill_worker.py"),
-        str(db),
-        mode,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    await proc.wait()
-    assert line.strip() == b"KILL" and proc.returncode == -signal.SIGKILL
+    markers = await run_and_kill(Path(W.__file__), db, mode, until="KILL", kill=False, timeout=60)
+    assert markers == ["KILL"]  # the child killed itself at that point
 
 
 @pytest.mark.parametrize("mode", ["in-tx", "after-commit"])

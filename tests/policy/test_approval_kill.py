@@ -7,8 +7,8 @@ from pathlib import Path
 
 import stead
 from stead.core.batch import IN_DOUBT_TEXT
+from tests.fakes.kill import run_and_kill
 from tests.policy import approval_worker as W
-from tests.test_kill import run_and_kill
 
 WORKER = Path(W.__file__)
 TIMEOUT = 30
@@ -16,7 +16,7 @@ TIMEOUT = 30
 
 async def test_P2_approval_survives_kill9(tmp_path: Path) -> None:
     db = tmp_path / "approvals.db"
-    markers = await run_and_kill(db, "wait", "WAITING", worker=WORKER)
+    markers = await run_and_kill(WORKER, db, "wait", until="WAITING")
     approval_id = markers[-1].split()[1]
     assert W.effects(db) == []  # killed while waiting: the call never started
     async with W.open_system(db) as system:
@@ -37,7 +37,7 @@ async def test_P2_approval_survives_kill9(tmp_path: Path) -> None:
 
 async def test_P2_a_decision_made_without_running_the_agent_is_run_by_the_next_owner(tmp_path: Path) -> None:
     db = tmp_path / "approvals.db"
-    approval_id = (await run_and_kill(db, "wait", "WAITING", worker=WORKER))[-1].split()[1]
+    approval_id = (await run_and_kill(WORKER, db, "wait", until="WAITING"))[-1].split()[1]
     async with W.open_system(db, restore=False) as system:  # as `stead approvals approve` does
         assert (await system.approve(approval_id, note="ok")).decided
         agent = await system.get(W.AGENT_ID)
@@ -53,7 +53,7 @@ async def test_P2_a_decision_made_without_running_the_agent_is_run_by_the_next_o
 
 async def test_P2_an_approved_call_killed_mid_run_is_never_run_again(tmp_path: Path) -> None:
     db = tmp_path / "approvals.db"
-    markers = await run_and_kill(db, "approve", "RUNNING", worker=WORKER)
+    markers = await run_and_kill(WORKER, db, "approve", until="RUNNING")
     call_id = markers[-1].split()[1]
     assert [line.split()[1] for line in W.effects(db)] == [call_id]
     async with W.open_system(db) as system:

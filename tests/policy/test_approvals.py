@@ -249,7 +249,7 @@ async def test_P10_child_approval_listed_under_the_root_run(tmp_path: Path, db_u
     """The orchestrator delegates to a worker whose destructive call needs approval: the worker's
     approval carries the orchestrator's run as its root, the orchestrator counts as waiting, and the
     approval lets the whole tree finish."""
-    from tests.test_delegation import models, write_team
+    from tests.orchestration.support import models, write_team
 
     def orchestrator(request: stead.ProviderRequest) -> list[stead.Block]:
         if request.messages[-1].role == "tool":

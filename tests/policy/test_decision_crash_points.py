@@ -9,9 +9,7 @@ with nothing left behind."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 import stead
 from stead.providers.scripted import ScriptedProvider
 from stead.testing import Faults
+from tests.fakes.crash_points import measured_once, parametrize_crash_at, run_until_crash
 
 AGENT_ID = "decisionagent01"
 executions: Counter[str] = Counter()
@@ -58,21 +57,12 @@ async def _prepare(url: str) -> str:
 
 
 async def _decide_and_finish(url: str, approval_id: str, faults: Faults) -> None:
-    try:
-        system = await _open(url, faults)
-    except stead.StoreCrashed:
-        return
-    try:
+    async def act(system: stead.AgentSystem) -> None:
         await system.approve(approval_id)
         agent = await system.get(AGENT_ID)
         await agent.wait_idle(timeout=10)
-    except stead.StoreCrashed:
-        pass
-    finally:
-        if faults.crashed:
-            system.abandon()
-        else:
-            await system.close()
+
+    await run_until_crash(_open(url, faults), faults, act)
 
 
 async def _count_ops(tmp: Path) -> int:
@@ -84,19 +74,11 @@ async def _count_ops(tmp: Path) -> int:
     return faults.ops
 
 
-_N: dict[str, int] = {}
-
-
-def _op_count() -> int:
-    if "n" not in _N:
-        with tempfile.TemporaryDirectory(prefix="stead-decision-") as d:
-            _N["n"] = asyncio.run(_count_ops(Path(d)))
-    return _N["n"]
+_op_count = measured_once(_count_ops, "stead-decision-")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "crash_at" in metafunc.fixturenames:
-        metafunc.parametrize("crash_at", range(_op_count() + 1), ids=lambda i: f"op{i:03d}")
+    parametrize_crash_at(metafunc, lambda: range(_op_count() + 1))
 
 
 def test_the_decision_run_exercises_the_store() -> None:

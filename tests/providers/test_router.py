@@ -1,6 +1,6 @@
 """The model router (one grammar for every model string) and the driver registry, unit by unit.
 
-End to end through definitions, `create`, `send` and the command line: tests/test_model_strings.py.
+End to end through definitions, `create`, `send` and the command line: tests/providers/test_model_strings.py.
 """
 
 from __future__ import annotations

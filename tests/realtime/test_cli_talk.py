@@ -6,21 +6,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from stead.cli import app
+from tests.fakes.cli import invoke
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 VOICE = ROOT / "examples" / "voice" / "voice.yaml"
 TEAM = ROOT / "examples" / "team"
-runner = CliRunner()
 
 
 def talk(*args: str, input: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["talk", *args], input=input)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+    return invoke("talk", *args, input=input)
 
 
 def test_talk_hands_a_task_to_the_team(tmp_path: Path) -> None:

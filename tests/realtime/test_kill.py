@@ -3,40 +3,22 @@ result — the child run finishes under the next owner of the store, exactly onc
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 from pathlib import Path
 
+from tests.fakes.kill import run_and_kill
 from tests.realtime.support import Events, open_team, rows, write_team
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-TIMEOUT = 30
+WORKER = Path(__file__).resolve().parent / "kill_worker.py"
 
 
 async def run_until_working(db: Path, team: Path) -> dict[str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "tests" / "realtime" / "kill_worker.py"),
-        str(db),
-        str(team),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    markers: dict[str, str] = {}
-    try:
-        while "WORKING" not in markers or "STARTED" not in markers:
-            line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
-            assert line, f"the child exited early (markers so far: {markers})"
-            kind, _, value = line.decode().strip().partition(" ")
-            markers[kind] = value
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return markers
+    """Kill the session's process once it printed both `WORKING` and `STARTED`; their values by kind."""
+
+    def working(lines: list[str]) -> bool:
+        return {"WORKING", "STARTED"} <= {line.partition(" ")[0] for line in lines}
+
+    lines = await run_and_kill(WORKER, db, team, until=working)
+    return {kind: value for kind, _, value in (line.partition(" ") for line in lines)}
 
 
 async def test_RT2_session_process_killed_then_a_new_session_gets_the_result(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import stead.server
 from stead.client import Client
 from stead.server import ServerPlugin, Token, create_app
 from stead.server._run import Server, start, stop
+from tests.conftest import tool_results_since_last_user
 
 ROOT = Path(__file__).resolve().parents[2]
 TEAM = ROOT / "examples" / "team"
@@ -98,12 +99,7 @@ class Model:
             await self.gate.wait()
         if n in self.holds:
             await self.holds[n].wait()
-        done = 0
-        for m in reversed(request.messages):
-            if m.role == "user":
-                break
-            if m.role == "tool":
-                done += len(m.content)
+        done = tool_results_since_last_user(request)
         if done < self.calls:
             yield stead.BlockEnd(stead.ToolCall(self.tool, {"a": done, "b": 1}))
             yield stead.UsageEvent(stead.Usage(10, 5))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
+from tests.core.test_bounded_input import nested
 from tests.server.support import A, Env, bearer
-from tests.test_bounded_input import nested
 
 
 async def test_SEC6k1_deep_metadata_over_http_is_422_and_nothing_is_written(env: Env) -> None:

@@ -339,16 +339,16 @@ async def test_A6_concurrent_http_sends_share_the_group_commit(env: Env, monkeyp
     env.model.gate = asyncio.Event()
     agent = await env.agent()
     url = f"/v1/agents/{agent['id']}/messages"
-    import stead._admission as admission
+    import stead._group_commit as group_commit
 
     groups: list[int] = []
-    commit_group = admission.Admission._commit_group
+    commit_group = group_commit.GroupCommit._commit_group
 
-    async def counted(self: admission.Admission, batch: list[object], *, isolate: bool) -> object:
+    async def counted(self: group_commit.GroupCommit, batch: list[object], *, isolate: bool) -> object:
         groups.append(len(batch))
         return await commit_group(self, batch, isolate=isolate)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(admission.Admission, "_commit_group", counted)  # type: ignore[attr-defined]
+    monkeypatch.setattr(group_commit.GroupCommit, "_commit_group", counted)  # type: ignore[attr-defined]
     answers = await asyncio.gather(
         *(env.http.post(url, json={"content": f"m{i}", "id": f"m{i}"}, headers=H) for i in range(40))
     )

@@ -41,7 +41,7 @@ from stead.cli._options import (
     RetryForOption,
 )
 from stead.cli._printer import Printer, TeamProgress
-from stead.cli._render import message_json, print_history
+from stead.cli._render import print_history
 from stead.cli._runs import runs_app
 from stead.cli._serve import serve as _serve_command
 from stead.cli._signals import Stopper
@@ -57,6 +57,7 @@ from stead.cli._source import (
 )
 from stead.cli._talk import talk as _talk_command
 from stead.cli._worker import worker as _worker_command
+from stead.extend import message_json
 
 __all__ = ["WAITING_EXIT", "app", "main"]
 
@@ -217,11 +218,8 @@ async def _agents(db: str) -> tuple[list[stead.AgentInfo], dict[str, tuple[str |
     """The agents, and on a PostgreSQL store each one's (owner worker id or None, epoch)."""
     async with inspect_db(db) as system:
         infos = await system.agents()
-        owners: dict[str, tuple[str | None, int]] | None = None
-        async with system.store.transaction() as tx:
-            list_owners = getattr(tx, "list_owners", None)
-            if list_owners is not None:
-                owners = await list_owners()
+        fleet = system.store.capabilities.fleet
+        owners = None if fleet is None else await fleet.owners()
         return infos, owners
 
 
@@ -283,7 +281,7 @@ def history(
     Reads the database without owning it, also while another process runs the agent."""
     messages = execute(lambda: _history(agent_id, db, archived))
     if as_json:
-        typer.echo(json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False))
+        typer.echo(json.dumps([message_json(m, sparse=True) for m in messages], indent=2, ensure_ascii=False))
         return
     print_history(out(), messages)
 

@@ -27,7 +27,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 import stead
 from stead.errors import InvalidInput, SteadError
 from stead.store.sqlite import parse_sqlite_url
-from stead.system import Opening
+from stead.system import AgentSystem, Opening
 
 __all__ = [
     "DEFAULT_DB",
@@ -253,7 +253,7 @@ def execute(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         fail(f"unexpected {type(e).__name__}: {e} (set STEAD_DEBUG=1 for a traceback)")
 
 
-def inspect_db(db: str) -> Opening:
+def inspect_db(db: str) -> Opening[AgentSystem]:
     """Open `--db` for inspection: read-only, no lock (works while another process owns it), never creates
     or migrates a file, never runs an agent."""
     return stead.open(url(db), readonly=True)

@@ -1,59 +1,19 @@
-"""How the CLI shows messages, blocks and tool calls (terminal and JSON)."""
+"""How the CLI shows messages, blocks and tool calls in the terminal (their JSON is
+`stead.extend.message_json`, the one readable form, also the HTTP service's)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text as RichText
 
-from stead.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
+from stead.extend import Message, Reasoning, Text, ToolCall, ToolResult
 
-__all__ = ["CUT_NOTE", "block_json", "call_summary", "message_json", "one_line", "print_history"]
+__all__ = ["CUT_NOTE", "call_summary", "one_line", "print_history"]
 
 CUT_NOTE = "(cut off: the response reached its output cap; raise it with context.max_output_tokens)"
 """What the CLI says of a response cut by its output cap (`finish_reason: length`, MR2)."""
-
-
-def block_json(block: Block) -> dict[str, Any]:
-    """A content block as JSON with a `type` field."""
-    if isinstance(block, Text):
-        return {"type": "text", "text": block.text}
-    if isinstance(block, ToolCall):
-        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
-    if isinstance(block, ToolResult):
-        return {
-            "type": "tool_result",
-            "call_id": block.call_id,
-            "output": block.output,
-            "is_error": block.is_error,
-        }
-    if isinstance(block, Reasoning):
-        out: dict[str, Any] = {"type": "reasoning", "text": block.text}
-        if block.redacted:
-            out["redacted"] = True
-        return out
-    raise TypeError(f"not a content block: {block!r}")  # pragma: no cover
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    """A history message as JSON: role, id (input messages), content blocks, usage and metadata."""
-    out: dict[str, Any] = {"role": message.role}
-    if message.id is not None:
-        out["id"] = message.id
-    out["content"] = [block_json(b) for b in message.content]
-    if message.usage is not None:
-        u = message.usage
-        out["usage"] = {
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cached_tokens": u.cached_tokens,
-            "cost": u.cost,
-        }
-    if message.metadata:
-        out["metadata"] = message.metadata
-    return out
 
 
 def one_line(text: str, limit: int = 200) -> str:

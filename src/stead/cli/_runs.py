@@ -25,6 +25,7 @@ from stead.cli._common import (
     wide,
 )
 from stead.cli._render import one_line
+from stead.extend import run_json, step_json
 
 __all__ = ["runs_app", "runs_table"]
 
@@ -98,39 +99,36 @@ _STATUS_STYLE = {
 }
 
 
+_RUN_FIELDS = (
+    "id",
+    "agent_id",
+    "agent_name",
+    "parent_run_id",
+    "status",
+    "started_at",
+    "completed_at",
+    "duration",
+    "error",
+    "final_message",
+    "input_tokens",
+    "output_tokens",
+    "usage_estimated",
+    "usage_unknown",
+    "cost",
+)
+_STEP_FIELDS = ("id", "number", "type", "name", "status", "target", "target_run_id", "duration", "error")
+
+
 def _run_json(r: stead.Run) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "agent_id": r.agent_id,
-        "agent_name": r.agent_name,
-        "parent_run_id": r.parent_run_id,
-        "status": r.status,
-        "started_at": r.started_at,
-        "completed_at": r.completed_at,
-        "duration": r.duration,
-        "error": r.error,
-        "final_message": r.final_message,
-        "input_tokens": r.input_tokens,
-        "output_tokens": r.output_tokens,
-        "usage_estimated": r.usage_estimated,
-        "usage_unknown": r.usage_unknown,
-        "cost": cost_json(r.cost),
-        "steps": [
-            {
-                "id": st.id,
-                "number": st.number,
-                "type": st.type,
-                "name": st.name,
-                "status": st.status,
-                "target": st.target,
-                "target_run_id": st.target_run_id,
-                "duration": st.duration,
-                "error": st.error,
-            }
-            for st in r.steps
-        ],
-        "children": [_run_json(c) for c in r.children],
-    }
+    """What `--json` prints of a run: fields of its one JSON form (`run_json`), `cost` null where the table
+    prints `—`, with its steps and child runs."""
+    full = run_json(r)
+    out = {k: full[k] for k in _RUN_FIELDS}
+    out["cost"] = cost_json(r.cost)
+    steps = [step_json(st) for st in r.steps]
+    out["steps"] = [{k: st[k] for k in _STEP_FIELDS} for st in steps]
+    out["children"] = [_run_json(c) for c in r.children]
+    return out
 
 
 @runs_app.callback(invoke_without_command=True, cls=SteadGroup)

@@ -95,4 +95,5 @@ async def commit_abort(st: AgentState, turn: Turn | None) -> None:
 
         tx.after_commit(published)
         # after `published`: Done precedes Settled
-        await settle_in(st, tx, pending, Outcome.CANCELLED, ABORTED)
+        reset = turn is not None and turn.reset and bool(consumed)
+        await settle_in(st, tx, pending, Outcome.CANCELLED, ABORTED, written=consumed + recs, reset=reset)

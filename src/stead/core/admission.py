@@ -6,7 +6,7 @@ and the activation hook runs in the same transaction (a failing hook refuses the
 activating message's payload (`metadata["stead.payload"]`) becomes the run's payload (`kv.r.payload`).
 The queue and the loop change only after the commit, so accepting inside a caller's own transaction publishes
 nothing until that caller commits (A6). Validation and copying happen before (in `stead.Agent`); grouping
-concurrent acceptances into one commit happens above (in `stead.AgentSystem`).
+concurrent acceptances into one commit happens above (in `stead._group_commit`).
 
 Queue keys sort by (millisecond slot, sequence) and take `max(now, last slot)`: a clock moving backwards
 only bumps the sequence, so order survives restarts and clock changes.
@@ -76,10 +76,10 @@ async def accept(st: AgentState, tx: Tx, item: Inbound) -> bool:
             ctx.message = queued.message()
             await st.hooks.activated_tx(ctx)
 
-    notify = getattr(tx, "notify_owner", None)
+    notify = tx.store.capabilities.owner_notify
     if notify is not None:
         # W3: PostgreSQL wakes the agent's owner (or a free worker) when, and only if, this commits
-        await notify(st.id)
+        await notify.notify_owner(tx, st.id)
 
     def published() -> None:
         if activated is not None:

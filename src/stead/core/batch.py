@@ -38,6 +38,16 @@ from stead.core import records as R
 from stead.core.consume import consumption_published, write_consumption
 from stead.core.events import ApprovalDecided, ApprovalRequested, ToolFinished, ToolStarted
 from stead.core.gate import Gate, decode_gates, encode_entry
+from stead.core.hooks import (
+    AwaitingInputInfo,
+    BeforeToolCallInfo,
+    BlockInfo,
+    CallDecidedInfo,
+    GateCallInfo,
+    ToolDispatchedInfo,
+    ToolOutputInfo,
+    ToolResultInfo,
+)
 from stead.core.records import Pending
 from stead.core.response import block_records, repaired, response_info
 from stead.core.state import AgentState, Turn
@@ -98,7 +108,8 @@ async def dispatch(st: AgentState, turn: Turn, reason: str) -> tuple[Batch, dict
             gate_ctx = st.hook_ctx(tx, pending, inference_id=turn.inference_id)
             offered = st.offered_tools(pending)
             for _, call in batch:
-                gate = await hooks.gate_call_tx(gate_ctx, call, _allowed_tool(st, call.name, offered))
+                info = GateCallInfo(call, _allowed_tool(st, call.name, offered))
+                gate = await hooks.gate_call_tx(gate_ctx, info)
                 if gate is not None and call.id:
                     gates[call.id] = gate
         for key, call in batch:
@@ -109,15 +120,18 @@ async def dispatch(st: AgentState, turn: Turn, reason: str) -> tuple[Batch, dict
         held = [c for c in calls if c.id in gates and gates[c.id].held]
         want_blocks = bool(blocks) and hooks.wants("block_tx")
         want_held = bool(held) and hooks.wants("awaiting_input_tx")
-        if want_blocks or want_held or hooks.wants("response_tx") or hooks.wants("tool_dispatched_tx"):
+        want_response, want_dispatched = hooks.wants("response_tx"), hooks.wants("tool_dispatched_tx")
+        if want_blocks or want_held or want_response or want_dispatched:
             ctx = st.hook_ctx(tx, pending, inference_id=turn.inference_id)
             if want_blocks:
                 for b in blocks:
-                    await hooks.block_tx(ctx, b)
-            await hooks.response_tx(ctx, response_info(turn, reason, None))
-            await hooks.tool_dispatched_tx(ctx, calls)
+                    await hooks.block_tx(ctx, BlockInfo(b))
+            if want_response:
+                await hooks.response_tx(ctx, response_info(turn, reason, None))
+            if want_dispatched:
+                await hooks.tool_dispatched_tx(ctx, ToolDispatchedInfo(calls))
             if want_held:
-                await hooks.awaiting_input_tx(ctx, held)
+                await hooks.awaiting_input_tx(ctx, AwaitingInputInfo(held))
 
         def published() -> None:
             consumption_published(st, turn)
@@ -256,7 +270,7 @@ async def _prepare(
         if decision is not RUN_AGAIN:
             return ToolResult(call.id, render_output(decision)), args, ctx
     if st.hooks.wants("before_tool_call"):
-        answer = await st.hooks.before_tool_call(st.hook_ctx(None, pending), call)
+        answer = await st.hooks.before_tool_call(st.hook_ctx(None, pending), BeforeToolCallInfo(call))
         if answer is not None:
             return ToolResult(call.id, answer.output, answer.is_error), args, ctx
     return None, args, ctx
@@ -369,7 +383,7 @@ async def _output(st: AgentState, pending: Pending, call: ToolCall, result: Tool
     if not st.hooks.wants("tool_output"):
         return result
     try:
-        return await st.hooks.tool_output(st.hook_ctx(None, pending), call, result)
+        return await st.hooks.tool_output(st.hook_ctx(None, pending), ToolOutputInfo(call, result))
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -445,7 +459,8 @@ async def commit_result(
             new_pending = pending.but(stage="inference", turn_id=inf, inference_id=inf)
             await tx.write(st.id, R.PENDING, new_pending.encode())
         if st.hooks.wants("tool_result_tx"):
-            await st.hooks.tool_result_tx(st.hook_ctx(tx, pending), call, result)  # the full output
+            # the full output
+            await st.hooks.tool_result_tx(st.hook_ctx(tx, pending), ToolResultInfo(call, result))
 
         def published() -> None:
             st.publish_records([rec])
@@ -524,7 +539,7 @@ async def abort_batch(st: AgentState, tx: Tx) -> list[dict[str, Any]]:
             # X1: a call waiting for a decision is cancelled with the run (it never started)
             result = ToolResult(cid, CANCELLED_TEXT, True)
             if st.hooks.wants("call_decided_tx"):
-                await st.hooks.call_decided_tx(st.hook_ctx(tx), call, "cancelled", None)
+                await st.hooks.call_decided_tx(st.hook_ctx(tx), CallDecidedInfo(call, "cancelled", None))
             decided.append((cid, gate))
         else:
             result = ToolResult(cid, "Aborted: the run was cancelled before this call finished.", True)

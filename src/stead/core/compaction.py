@@ -32,18 +32,29 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stead._ids import new_id
+from stead._tokens import estimate_record, estimate_text, estimate_tools
 from stead.core import records as R
 from stead.core.events import Activated, Compacted
 from stead.core.hooks import CompactionInfo, ResponseInfo
 from stead.core.records import Pending, Queued, build_messages
 from stead.core.state import AgentState
-from stead.core.tokens import estimate_record, estimate_text, estimate_tools
 from stead.errors import CompactionFailed, ProviderError
-from stead.messages import Message, Text, Usage, decode_usage, dumps, repair_text
+from stead.messages import (
+    Block,
+    Message,
+    Reasoning,
+    Text,
+    ToolCall,
+    Usage,
+    decode_usage,
+    dumps,
+    repair_text,
+    text_of,
+)
 from stead.providers.base import Done, Provider, ProviderRequest, ToolSpec, UsageEvent
 
 __all__ = [
@@ -91,7 +102,7 @@ SUMMARY_INSTRUCTIONS = (
 # ---------------------------------------------------------------------------------------------- budgets
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """The token budgets of one agent's context (estimates, `stead.core.tokens`)."""
+    """The token budgets of one agent's context (estimates, `stead._tokens`)."""
 
     window: int | None
     threshold: int | None
@@ -208,15 +219,14 @@ def due(st: AgentState, pending: Pending, staged: list[Queued], settings: dict[s
 
 
 # ---------------------------------------------------------------------------------------------- the cut
-def _starts_message(recs: list[dict[str, Any]], i: int) -> bool:
+def _starts_message(recs: list[R.HistoryRecord], i: int) -> bool:
     rec = recs[i]
-    kind = rec.get("k")
-    if kind in ("u", "s"):
+    if isinstance(rec, R.InputRecord | R.NoteRecord):
         return True
-    if kind != "b":
+    if not isinstance(rec, R.BlockRecord):
         return False
     prev = recs[i - 1] if i > 0 else None
-    return not (prev is not None and prev.get("k") == "b" and prev.get("i") == rec.get("i"))
+    return not (isinstance(prev, R.BlockRecord) and prev.inference_id == rec.inference_id)
 
 
 def safe_cuts(recs: list[dict[str, Any]]) -> list[int]:
@@ -224,14 +234,14 @@ def safe_cuts(recs: list[dict[str, Any]]) -> list[int]:
     answers a call made before it (walking back, the calls whose results were seen but not the calls)."""
     unmatched: set[str] = set()
     out: list[int] = []
-    for i in range(len(recs) - 1, -1, -1):
-        rec = recs[i]
-        kind = rec.get("k")
-        if kind == "t":
-            unmatched.add(str(rec["b"]["i"]))
-        elif kind == "b" and rec["b"].get("t") == "c":
-            unmatched.discard(str(rec["b"].get("i")))
-        if not unmatched and _starts_message(recs, i):
+    typed = [R.decode_record(r) for r in recs]
+    for i in range(len(typed) - 1, -1, -1):
+        rec = typed[i]
+        if isinstance(rec, R.ResultRecord):
+            unmatched.add(rec.result.call_id)
+        elif isinstance(rec, R.BlockRecord) and isinstance(rec.block, ToolCall):
+            unmatched.discard(str(rec.block.id))
+        if not unmatched and _starts_message(typed, i):
             out.append(i)
     out.reverse()
     return out
@@ -264,13 +274,13 @@ def _cut_text(text: str, keep_chars: int) -> tuple[str, int] | None:
 
 def _stub(rec: dict[str, Any]) -> dict[str, Any] | None:
     """A tool result record cut to its first characters (None when it is short already)."""
-    if rec.get("k") != "t" or "cut" in rec:
+    r = R.decode_record(rec)
+    if not isinstance(r, R.ResultRecord) or r.cut is not None:
         return None
-    block = rec["b"]
-    cut = _cut_text(str(block.get("o", "")), STUB_CHARS)
+    cut = _cut_text(r.result.output, STUB_CHARS)
     if cut is None:
         return None
-    return {**rec, "b": {**block, "o": cut[0]}, "cut": cut[1]}
+    return R.ResultRecord(replace(r.result, output=cut[0]), cut[1]).encode()
 
 
 def _clamp(rec: dict[str, Any], limit: int) -> dict[str, Any] | None:
@@ -279,28 +289,30 @@ def _clamp(rec: dict[str, Any], limit: int) -> dict[str, Any] | None:
     if estimate_record(rec) <= limit:
         return None
     chars = max(limit * 3, STUB_CHARS)
-    kind = rec.get("k")
-    if kind == "t":
-        block = rec["b"]
-        cut = _cut_text(str(block.get("o", "")), chars)
-        return None if cut is None else {**rec, "b": {**block, "o": cut[0]}, "cut": cut[1]}
-    if kind == "b" and rec["b"].get("t") in ("x", "z") and not rec["b"].get("s"):
-        block = rec["b"]
-        cut = _cut_text(str(block.get("x", "")), chars)
-        return None if cut is None else {**rec, "b": {**block, "x": cut[0]}, "cut": cut[1]}
-    if kind == "u":
-        blocks, total, changed = [], 0, False
-        for b in rec.get("c") or ():
-            if b.get("t") == "x":
-                cut = _cut_text(str(b.get("x", "")), chars)
+    r = R.decode_record(rec)
+    if isinstance(r, R.ResultRecord):
+        cut = _cut_text(r.result.output, chars)
+        return None if cut is None else R.ResultRecord(replace(r.result, output=cut[0]), cut[1]).encode()
+    if isinstance(r, R.BlockRecord):
+        block = r.block
+        if isinstance(block, Text) or (isinstance(block, Reasoning) and not block.signature):
+            cut = _cut_text(block.text, chars)
+            return None if cut is None else replace(r, block=replace(block, text=cut[0]), cut=cut[1]).encode()
+        return None
+    if isinstance(r, R.InputRecord):
+        blocks: list[Block] = []
+        total, changed = 0, False
+        for b in r.content:
+            if isinstance(b, Text):
+                cut = _cut_text(b.text, chars)
                 if cut is not None:
-                    b, changed = {**b, "x": cut[0]}, True
+                    b, changed = replace(b, text=cut[0]), True
                     total += cut[1]
             blocks.append(b)
-        return {**rec, "c": blocks, "cut": total} if changed else None
-    if kind == "s":
-        cut = _cut_text(str(rec.get("x", "")), chars)
-        return None if cut is None else {**rec, "x": cut[0], "cut": cut[1]}
+        return replace(r, content=blocks, cut=total).encode() if changed else None
+    if isinstance(r, R.NoteRecord):
+        cut = _cut_text(r.text, chars)
+        return None if cut is None else replace(r, text=cut[0], cut=cut[1]).encode()
     return None
 
 
@@ -333,8 +345,10 @@ def prepare(
         w = window or b.window or max(overhead + sum(estimate_record(r) for r in recs), 1_000)
         b = Budget(w, b.threshold, max(w // 8, 64), max(w // 8, 64), w // 2, max(min(w // 10, 8_000), 64))
     before = overhead + sum(estimate_record(r) for r in recs)
-    start = 1 if recs and recs[0].get("k") == "c" else 0
-    previous = str(recs[0]["x"]) if start and recs[0].get("x") else None
+    typed = [R.decode_record(r) for r in recs]
+    head = typed[0] if typed else None
+    start = 1 if isinstance(head, R.CompactionRecord) else 0
+    previous = head.summary if isinstance(head, R.CompactionRecord) and head.summary else None
     keep = min(b.keep, max(before // 4, 1)) if reason == "requested" else b.keep
     cut = choose_cut(recs, keep, start)
     passes: list[str] = []
@@ -359,7 +373,7 @@ def prepare(
         return Prepared(new_id(), reason, recs, previous, [], stubbed, passes, False, before, overhead, b)
     # pass 3: summarize the previous summary and everything before the cut (but the newest user message)
     newest_user = max(
-        (i for i, r in enumerate(recs) if r.get("k") == "u" and r.get("r") == "user"), default=-1
+        (i for i, r in enumerate(typed) if isinstance(r, R.InputRecord) and r.role == "user"), default=-1
     )
     evicted = [r for i, r in enumerate(recs[start:cut], start) if i != newest_user]
     kept = [recs[newest_user]] if start <= newest_user < cut else []
@@ -374,31 +388,27 @@ def prepare(
 def _render(recs: list[dict[str, Any]], names: dict[str, str], limit_chars: int) -> list[str]:
     """The evicted records as transcript lines for the summarizer (each line at most `limit_chars`)."""
     lines: list[str] = []
-    for rec in recs:
-        kind = rec.get("k")
+    for raw in recs:
+        rec = R.decode_record(raw)
         text = ""
-        if kind == "u":
-            body = "".join(str(b.get("x", "")) for b in rec.get("c") or () if b.get("t") == "x")
-            text = f"[{rec.get('r', 'user')}] {body}"
-        elif kind == "b":
-            b = rec["b"]
-            t = b.get("t")
-            if t == "x":
-                text = f"[assistant] {b.get('x', '')}"
-            elif t == "z":
-                text = f"[assistant thinking] {b.get('x', '')}"
-            elif t == "c":
-                names[str(b.get("i"))] = str(b.get("n"))
-                args = b.get("a")
-                text = (
-                    f"[assistant called {b.get('n')}] {args if isinstance(args, str) else json.dumps(args)}"
-                )
-        elif kind == "t":
-            b = rec["b"]
-            what = "error from" if b.get("e") else "result of"
-            text = f"[{what} {names.get(str(b.get('i')), 'a tool')}] {b.get('o', '')}"
-        elif kind == "s":
-            text = f"[note] {rec.get('x', '')}"
+        if isinstance(rec, R.InputRecord):
+            text = f"[{rec.role}] {text_of(rec.content)}"
+        elif isinstance(rec, R.BlockRecord):
+            b = rec.block
+            if isinstance(b, Text):
+                text = f"[assistant] {b.text}"
+            elif isinstance(b, Reasoning):
+                text = f"[assistant thinking] {b.text}"
+            elif isinstance(b, ToolCall):
+                names[str(b.id)] = b.name
+                args = b.arguments
+                text = f"[assistant called {b.name}] {args if isinstance(args, str) else json.dumps(args)}"
+        elif isinstance(rec, R.ResultRecord):
+            result = rec.result
+            what = "error from" if result.is_error else "result of"
+            text = f"[{what} {names.get(result.call_id, 'a tool')}] {result.output}"
+        elif isinstance(rec, R.NoteRecord):
+            text = f"[note] {rec.text}"
         if text:
             if len(text) > limit_chars:
                 text = text[:limit_chars] + f"…[cut: {len(text) - limit_chars:,} characters]"
@@ -682,11 +692,9 @@ async def _replace(
     st: AgentState, pending: Pending, prep: Prepared, summary: str | None, prompts: list[ResponseInfo]
 ) -> None:
     """The replacement: one transaction, all or nothing."""
-    head: dict[str, Any] = {"k": "c", "id": prep.id, "n": 1 + len(prep.kept), "r": prep.reason}
-    if summary is not None:
-        head["x"] = summary
-    elif prep.previous_summary is not None:
-        head["x"] = prep.previous_summary  # only the cheap passes ran: the earlier summary still stands
+    # without a new summary only the cheap passes ran: the earlier summary (if any) still stands
+    text = summary if summary is not None else prep.previous_summary
+    head = R.CompactionRecord(prep.id, 1 + len(prep.kept), prep.reason, text).encode()
     new = [head, *prep.kept]
     info = _info(prep, head.get("x"), new, prompts, None)
     head["tb"], head["ta"] = info.tokens_before, info.tokens_after

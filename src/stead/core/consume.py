@@ -15,6 +15,7 @@ from typing import Any
 from stead.core import records as R
 from stead.core.config import SETTING_NAMES
 from stead.core.events import MessageConsumed
+from stead.core.hooks import MessageConsumedInfo, PermissionModeChangedInfo
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState, Turn
 from stead.messages import Message, dumps
@@ -85,9 +86,10 @@ async def write_consumption(st: AgentState, tx: Tx, turn: Turn) -> list[dict[str
         ctx = st.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
         ctx.settings = dict(turn.settings)
         if mode_changed:
-            await hooks.permission_mode_changed_tx(ctx, old_mode, new_mode)
-        for q in turn.take:
-            await hooks.message_consumed_tx(ctx, _message(q))
+            await hooks.permission_mode_changed_tx(ctx, PermissionModeChangedInfo(old_mode, new_mode))
+        if hooks.wants("message_consumed_tx"):
+            for q in turn.take:
+                await hooks.message_consumed_tx(ctx, MessageConsumedInfo(_message(q)))
     return recs
 
 

@@ -28,6 +28,7 @@ from stead.core.batch import commit_result
 from stead.core.consume import apply_settings, consumption_published, write_consumption
 from stead.core.events import ApprovalDecided
 from stead.core.gate import GATE_KEY, Gate, encode_entry
+from stead.core.hooks import CallDecidedInfo
 from stead.core.records import Pending, Queued
 from stead.core.state import AgentState, Turn
 from stead.messages import ToolCall, ToolResult, decode_block
@@ -90,9 +91,9 @@ async def _held(st: AgentState, tx: Tx, call_id: str) -> tuple[HeldCall, Pending
 async def _notify_owner(st: AgentState, tx: Tx) -> None:
     """W3 for decisions: on PostgreSQL the worker that runs the agent (another process, perhaps) is woken
     when, and only if, the decision commits; where this process runs it, its own after-commit wakes it."""
-    notify = getattr(tx, "notify_owner", None)
+    notify = tx.store.capabilities.owner_notify
     if notify is not None:
-        await notify(st.id)
+        await notify.notify_owner(tx, st.id)
 
 
 def _published(
@@ -126,7 +127,7 @@ async def release_call(
             call = ToolCall(call.name, arguments, call.id)
         await tx.write(st.id, entry.key, encode_entry(call, gate.but(state="go", note=result_note)))
         if st.hooks.wants("call_decided_tx"):
-            await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), call, "approved", note)
+            await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), CallDecidedInfo(call, "approved", note))
         await _notify_owner(st, tx)
         tx.after_commit(lambda: _published(st, call_id, gate, "approved", note, pending.run_id))
     return True
@@ -145,7 +146,8 @@ async def refuse_call(
         gate = entry.gate
         assert gate is not None
         if st.hooks.wants("call_decided_tx"):
-            await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), entry.call, decision, note)
+            info = CallDecidedInfo(entry.call, decision, note)
+            await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), info)
         tool = st.env.tools.get(entry.call.name)
         result = ToolResult(call_id, output, True)
         tracked = st.pending is not None
@@ -174,7 +176,9 @@ async def reject_for_steer(st: AgentState, pending: Pending, take: list[Queued])
             cid = entry.call.id or ""
             assert entry.gate is not None
             if st.hooks.wants("call_decided_tx"):
-                await st.hooks.call_decided_tx(st.hook_ctx(tx, pending), entry.call, "rejected", STEERED_TEXT)
+                await st.hooks.call_decided_tx(
+                    st.hook_ctx(tx, pending), CallDecidedInfo(entry.call, "rejected", STEERED_TEXT)
+                )
             tool = st.env.tools.get(entry.call.name)
             await commit_result(
                 st, pending, entry.key, entry.call, ToolResult(cid, STEERED_TEXT, True), False, tool

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from stead.core.records import full_records
+from stead.core.records import ResultRecord, decode_record, full_records
 from stead.core.state import RECALL
 from stead.messages import Message, ToolResult
 from stead.tools._tool import Tool, tool
@@ -61,9 +61,10 @@ async def _recall(call_id: str, ctx: ToolContext) -> str:
     async with ctx.store.transaction() as tx:
         current = [json.loads(r) for r in await tx.load(ctx.agent_id)]
         archive = await tx.load_archive(ctx.agent_id)
-    for rec in reversed(full_records(archive, current)):
-        if rec.get("k") == "t" and rec["b"].get("i") == call_id and "cut" not in rec:
-            return str(rec["b"].get("o", ""))
+    for raw in reversed(full_records(archive, current)):
+        rec = decode_record(raw)
+        if isinstance(rec, ResultRecord) and rec.result.call_id == call_id and rec.cut is None:
+            return rec.result.output
     raise LookupError(f"no tool result with call id {call_id!r} in this conversation")
 
 

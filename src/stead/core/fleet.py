@@ -37,8 +37,8 @@ from stead.core import records as R
 from stead.core.config import AgentConfig, Env
 from stead.core.records import Pending
 from stead.core.runtime import AgentRuntime
-from stead.errors import LeaseLost, StoreError
-from stead.store.base import Store, Tx
+from stead.errors import ConfigurationError, LeaseLost, StoreError
+from stead.store.base import FleetLease, Store, Tx
 
 __all__ = ["SESSION_PREFIX", "Fleet", "FleetConfig", "FleetHost", "notify_abort", "worker_channel"]
 
@@ -103,8 +103,13 @@ class Fleet:
         on_change: Callable[[str, str], None] | None = None,
         session_tag: str | None = None,
     ) -> None:
+        lease = store.capabilities.fleet
+        if lease is None:
+            raise ConfigurationError(f"{store.dialect} stores do not serve worker fleets (no FleetLease)")
         self.host = host
-        self.store: Any = store  # the PostgreSQL store's ownership primitives are not in the Store protocol
+        self.store = store
+        self.lease: FleetLease = lease
+        """The store's ownership primitives (`Store.capabilities.fleet`)."""
         self.env = env
         self.runtimes = runtimes
         self.config = config or FleetConfig()
@@ -127,7 +132,7 @@ class Fleet:
         self._stopping = False
         env.lease_lost = self._lease_lost
         env.remote_abort = self._remote_abort
-        env.pin_lease = getattr(store, "pin", None)
+        env.pin_lease = lease.pin
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, only: Collection[str] | None = None) -> list[str]:
@@ -143,7 +148,7 @@ class Fleet:
             with contextlib.suppress(StoreError):
                 # a restarted process takes over at once what its killed predecessor held
                 await self._evict_vanished(0.0)
-                await self.store.sweep(self.config.lease_ttl)
+                await self.lease.sweep(self.config.lease_ttl)
             resumed = await self._claim()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -173,7 +178,7 @@ class Fleet:
             if not rt.owned:
                 continue  # lost meanwhile
             try:
-                await self.store.release(rt.id)
+                await self.lease.release(rt.id)
                 released += 1
                 self._changed("released", rt.id)
             except StoreError as e:
@@ -206,7 +211,7 @@ class Fleet:
     # ------------------------------------------------------------------ ownership
     async def _register(self) -> None:
         host = socket.gethostname() + (f"#{self.session_tag}" if self.session_tag else "")
-        self.me = await self.store.register_worker(host, os.getpid(), self.config.capacity)
+        self.me = await self.lease.register_worker(host, os.getpid(), self.config.capacity)
         self.registrations += 1
         self._changed("registered", self.me)
 
@@ -219,7 +224,7 @@ class Fleet:
         )
         if rows:
             epoch = int(rows[0][0])
-            tx.after_commit(lambda: self.store.hold(agent_id, epoch))
+            tx.after_commit(lambda: self.lease.hold(agent_id, epoch))
             self._changed("created", agent_id)
         return bool(rows)
 
@@ -244,7 +249,7 @@ class Fleet:
             )
         if not rows:
             return False
-        self.store.hold(agent_id, int(rows[0][0]))
+        self.lease.hold(agent_id, int(rows[0][0]))
         return await self._adopt(agent_id, known)
 
     async def _claim(self) -> list[str]:
@@ -254,7 +259,7 @@ class Fleet:
         free = self.config.capacity - len(self.owned())
         if free <= 0:
             return []
-        got: list[tuple[str, int]] = await self.store.claim(free)
+        got: list[tuple[str, int]] = await self.lease.claim(free)
         started = []
         for aid, _epoch in got:
             if await self._adopt(aid):
@@ -302,7 +307,7 @@ class Fleet:
         self._forget(agent_id)
 
     def _forget(self, agent_id: str) -> None:
-        self.store.drop(agent_id)  # no more fencing for it: a later transaction would only raise again
+        self.lease.drop(agent_id)  # no more fencing for it: a later transaction would only raise again
 
     def _lease_lost(self, agent_id: str) -> None:
         """A transaction of `agent_id` raised `LeaseLost` (its runtime has already stopped itself)."""
@@ -328,7 +333,7 @@ class Fleet:
                 return
             if rt.pending is None and rt.idle:
                 with contextlib.suppress(StoreError):
-                    await self.store.release(rt.id)
+                    await self.lease.release(rt.id)
                 rt.disown(released=True)
                 self._changed("released", rt.id)
                 surplus -= 1
@@ -440,7 +445,7 @@ class Fleet:
     async def _sql(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """One short autocommit statement of the fleet's own bookkeeping, outside every stead transaction
         (the store's lease-operation path: not an agent's store operation, never fault-injected)."""
-        rows: list[tuple[Any, ...]] = await self.store.lease_sql(sql, params)
+        rows: list[tuple[Any, ...]] = await self.lease.lease_sql(sql, params)
         return rows
 
     async def _remote_abort(self, agent_id: str) -> None:
@@ -451,7 +456,7 @@ class Fleet:
         while True:
             await asyncio.sleep(self.config.heartbeat)
             try:
-                state = await self.store.heartbeat(self.me)
+                state = await self.lease.heartbeat(self.me)
             except StoreError as e:
                 log.warning("worker %s: heartbeat failed (retrying): %s", self.me, e)
                 continue
@@ -478,7 +483,7 @@ class Fleet:
             await asyncio.sleep(base * random.uniform(0.8, 1.2))
             try:
                 await self._evict_vanished(self.config.heartbeat)
-                evicted = await self.store.sweep(self.config.lease_ttl)
+                evicted = await self.lease.sweep(self.config.lease_ttl)
             except StoreError as e:
                 log.warning("worker %s: sweep failed (retrying): %s", self.me, e)
                 continue
@@ -512,7 +517,7 @@ class Fleet:
     async def _listen_loop(self) -> None:
         import psycopg
 
-        conninfo: str = getattr(self.store, "conninfo", None) or _conninfo(self.store.url)
+        conninfo = self.lease.conninfo
         delay = 0.05
         while True:
             channel = worker_channel(self.me)
@@ -565,18 +570,6 @@ class Fleet:
         log.info("worker %s: %s %s", self.me, what, subject)
         if self.on_change is not None:
             self.on_change(what, subject)
-
-
-async def notify_claim(store: Store) -> None:
-    """Tell free workers that unowned work may be waiting (`stead_claim`)."""
-    async with store.transaction() as tx:
-        await tx.fetch("SELECT pg_notify('stead_claim', '')")
-
-
-def _conninfo(url: str) -> str:
-    from stead.store.postgres import parse_postgres_url
-
-    return parse_postgres_url(url)[0]
 
 
 async def notify_abort(store: Store, agent_id: str) -> None:

@@ -25,9 +25,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from stead.core.records import TOOL
 from stead.messages import ToolCall, dumps, encode_block
+from stead.store.base import Tx
 
-__all__ = ["GATE_KEY", "Gate", "GateState", "decode_gates", "encode_entry"]
+__all__ = ["GATE_KEY", "Gate", "GateState", "call_gates", "decode_gates", "encode_entry"]
 
 GateState = Literal["ask", "deny", "go", "run"]
 GATE_KEY = "w"
@@ -99,3 +101,9 @@ def decode_gates(entries: list[tuple[str, str]]) -> dict[str, Gate]:
         if gate is not None and d.get("i"):
             out[str(d["i"])] = gate
     return out
+
+
+async def call_gates(tx: Tx, agent_id: str) -> dict[str, Gate]:
+    """Call id → gate of every gated call in `agent_id`'s current batch, read inside `tx`: what a layer above
+    the kernel (the HTTP service) asks of held calls without parsing the kernel's batch entries itself."""
+    return decode_gates(await tx.read_prefix(agent_id, TOOL))

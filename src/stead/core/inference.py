@@ -22,17 +22,18 @@ import time
 from typing import Any
 
 from stead._ids import new_id
+from stead._tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
 from stead.core import records as R
 from stead.core.batch import dispatch, run_batch
 from stead.core.compaction import OVERFLOW_KEY, context_tokens, output_cap, write_state
 from stead.core.consume import apply_settings
 from stead.core.events import BlockReset
 from stead.core.expire import expire
+from stead.core.hooks import InstructionsInfo, ModelChangedInfo
 from stead.core.records import Pending, Queued
 from stead.core.response import commit_end, commit_held, commit_partial, fail, repaired, response_info
 from stead.core.state import AgentState, Turn
 from stead.core.structured import answer_errors
-from stead.core.tokens import estimate_messages, estimate_record, estimate_text, estimate_tools
 from stead.errors import ProviderError, StoreError, context_overflow
 from stead.messages import Message, Text, ToolCall, Usage, dumps, encode_block, repair_text
 from stead.providers.base import (
@@ -93,7 +94,7 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         if reset:
             # K2: the hook may open the reset conversation with a handoff message (a decision, made
             # before the request so the live and the reloaded context are the same, R4)
-            turn.handoff = await hooks.model_changed(ctx, dict(st.settings), dict(settings))
+            turn.handoff = await hooks.model_changed(ctx, ModelChangedInfo(dict(st.settings), dict(settings)))
         refusal = await hooks.before_inference(ctx)
         if refusal is not None:
             return await fail(st, turn, refusal, end_run=True)
@@ -105,7 +106,7 @@ async def inference(st: AgentState, pending: Pending, take: list[Queued]) -> boo
         if hooks.wants("instructions"):
             ctx = st.hook_ctx(None, pending, inference_id=inf_id)
             ctx.settings = dict(settings)
-            instructions = await hooks.instructions(ctx, instructions)
+            instructions = await hooks.instructions(ctx, InstructionsInfo(instructions))
         schema = await _output_schema(st, turn.pending)
         request = _request(st, turn, settings, instructions, schema)
         reason, error = await _stream(st, turn, provider, request)
@@ -230,20 +231,21 @@ def _largest(st: AgentState, turn: Turn) -> str:
         return "the conversation is empty: the instructions and tools alone do not fit"
     names: dict[str, str] = {}
     best, best_n = recs[0], -1
-    for rec in recs:
-        if rec.get("k") == "b" and rec["b"].get("t") == "c":
-            names[str(rec["b"].get("i"))] = str(rec["b"].get("n"))
-        n = estimate_record(rec)
+    for raw in recs:
+        rec = R.decode_record(raw)
+        if isinstance(rec, R.BlockRecord) and isinstance(rec.block, ToolCall):
+            names[str(rec.block.id)] = rec.block.name
+        n = estimate_record(raw)
         if n > best_n:
-            best, best_n = rec, n
-    kind = best.get("k")
-    if kind == "t":
-        cid = str(best["b"].get("i"))
+            best, best_n = raw, n
+    top = R.decode_record(best)
+    if isinstance(top, R.ResultRecord):
+        cid = top.result.call_id
         what = f"the result of {names.get(cid, 'a tool')} (call {cid})"
-    elif kind == "u":
-        what = f"the {best.get('r', 'user')} message {best.get('id')}"
-    elif kind == "b":
-        what = f"an assistant block of response {best.get('i')}"
+    elif isinstance(top, R.InputRecord):
+        what = f"the {top.role} message {top.id}"
+    elif isinstance(top, R.BlockRecord):
+        what = f"an assistant block of response {top.inference_id}"
     else:
         what = "a system note"
     return (

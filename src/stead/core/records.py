@@ -37,8 +37,9 @@ they existed (no `run`, no end record) still load.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeAlias
 
 from stead.core.outcome import Outcome
 from stead.messages import (
@@ -51,16 +52,28 @@ from stead.messages import (
     decode_block,
     decode_usage,
     dumps,
+    encode_block,
+    encode_usage,
 )
 
 __all__ = [
     "PENDING",
+    "BlockRecord",
+    "CompactionRecord",
+    "EndRecord",
+    "HistoryRecord",
+    "InputRecord",
     "MessageBuilder",
+    "NoteRecord",
+    "OtherRecord",
     "Pending",
     "Queued",
+    "ResultRecord",
     "build_messages",
+    "decode_record",
     "end_record",
     "full_records",
+    "input_record",
     "queue_key",
 ]
 
@@ -224,16 +237,7 @@ class Queued:
 
     def history_record(self, run_id: str | None = None) -> dict[str, Any]:
         """The consumed-input record; `run_id` is the run that consumed it (the link `agent.run` reads)."""
-        rec: dict[str, Any] = {"k": "u", "id": self.id, "r": self.role, "c": self.content}
-        if self.metadata:
-            rec["m"] = self.metadata
-        if run_id is not None:
-            rec["run"] = run_id
-        if self.user is not None:
-            rec["us"] = self.user
-        if self.tenant is not None:
-            rec["tn"] = self.tenant
-        return rec
+        return input_record(self.id, self.role, self.content, self.metadata, run_id, self.user, self.tenant)
 
 
 class MessageBuilder:
@@ -339,10 +343,10 @@ def full_records(archive: list[tuple[str, str]], current: list[dict[str, Any]]) 
         groups[-1][1].append(json.loads(raw))
     out = list(groups[0][1])
     for (prev, _), recs in zip(groups, [g[1] for g in groups[1:]] + [current], strict=True):
-        head = recs[0] if recs else None
-        if head is not None and head.get("k") == "c" and head.get("id") == prev:
-            out.append(head)
-            out.extend(recs[int(head.get("n", 1)) :])
+        head = decode_record(recs[0]) if recs else None
+        if isinstance(head, CompactionRecord) and head.id == prev:
+            out.append(recs[0])
+            out.extend(recs[head.n :])
         else:  # the history was reset (K2) after that compaction: nothing of it was kept
             out.extend(recs)
     return out
@@ -366,9 +370,261 @@ def end_record(run_id: str, outcome: Outcome, error: str | None, payload: Any = 
 
 
 def result_record(result: ToolResult) -> dict[str, Any]:
+    """The tool-result record (the block encoded inline: `encode_block`'s form, written once per result)."""
     d: dict[str, Any] = {"k": "t", "b": {"t": "r", "i": result.call_id, "o": result.output}}
     if result.is_error:
         d["b"]["e"] = 1
     if result.repaired:
         d["b"]["f"] = 1  # S5
     return d
+
+
+def input_record(
+    message_id: str,
+    role: Role,
+    content: list[dict[str, Any]],
+    metadata: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    user: str | None = None,
+    tenant: str | None = None,
+) -> dict[str, Any]:
+    """The consumed-input record of stored blocks `content` (`Queued.history_record`, `InputRecord`)."""
+    rec: dict[str, Any] = {"k": "u", "id": message_id, "r": role, "c": content}
+    if metadata:
+        rec["m"] = metadata
+    if run_id is not None:
+        rec["run"] = run_id
+    if user is not None:
+        rec["us"] = user
+    if tenant is not None:
+        rec["tn"] = tenant
+    return rec
+
+
+# ------------------------------------------------------------------------------------- typed records
+# One dataclass per record kind, `decode(raw)` from the stored dict and `encode()` back to it (the same dict:
+# `decode_record(raw).encode() == raw` for every record the kernel writes). For readers of the history off
+# the hot path (compaction, run results, recall, plugins through `stead.extend`). The kernel's per-turn
+# readers (`MessageBuilder`, the mirror, the context estimate) keep reading the dicts directly, and its
+# hot writers build them directly (`result_record`, `input_record`, `stead.core.response.block_records`):
+# an object per record there would cost every response; tests pin both to these classes.
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """`u`: consumed input — a user or system message, the run that consumed it, who sent it. `cut`: the
+    characters a compaction clamped from its text."""
+
+    id: str
+    role: Role
+    content: list[Block]
+    metadata: dict[str, Any] | None = None
+    run_id: str | None = None
+    user: str | None = None
+    tenant: str | None = None
+    cut: int | None = None
+
+    KIND: ClassVar[str] = "u"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> InputRecord:
+        return InputRecord(
+            raw["id"],
+            raw["r"],
+            [decode_block(b) for b in raw["c"]],
+            raw.get("m"),
+            raw.get("run"),
+            raw.get("us"),
+            raw.get("tn"),
+            raw.get("cut"),
+        )
+
+    def encode(self) -> dict[str, Any]:
+        content = [encode_block(b) for b in self.content]
+        rec = input_record(self.id, self.role, content, self.metadata, self.run_id, self.user, self.tenant)
+        if self.cut is not None:
+            rec["cut"] = self.cut
+        return rec
+
+    def message(self) -> Message:
+        """The input as the conversation shows it."""
+        return Message(
+            self.role,
+            list(self.content),
+            id=self.id,
+            metadata=self.metadata,
+            user=self.user,
+            tenant=self.tenant,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRecord:
+    """`b`: one completed assistant block of inference `inference_id`; the last block of a response carries
+    its `usage` and, when the output cap cut it, `finish="length"`."""
+
+    inference_id: str
+    block: Block
+    usage: Usage | None = None
+    finish: str | None = None
+    cut: int | None = None
+
+    KIND: ClassVar[str] = "b"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> BlockRecord:
+        u = raw.get("u")
+        return BlockRecord(
+            raw["i"],
+            decode_block(raw["b"]),
+            None if u is None else decode_usage(u),
+            raw.get("f"),
+            raw.get("cut"),
+        )
+
+    def encode(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"k": "b", "i": self.inference_id, "b": encode_block(self.block)}
+        if self.usage is not None:
+            rec["u"] = encode_usage(self.usage)
+        if self.finish is not None:
+            rec["f"] = self.finish
+        if self.cut is not None:
+            rec["cut"] = self.cut
+        return rec
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """`t`: one tool result. `cut`: the length of the whole output when a compaction shortened it (the
+    original stays in the archive: `recall_tool_result`)."""
+
+    result: ToolResult
+    cut: int | None = None
+
+    KIND: ClassVar[str] = "t"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> ResultRecord:
+        block = decode_block(raw["b"])
+        if not isinstance(block, ToolResult):
+            raise ValueError(f"a tool-result record holds {block!r}")
+        return ResultRecord(block, raw.get("cut"))
+
+    def encode(self) -> dict[str, Any]:
+        rec = result_record(self.result)
+        if self.cut is not None:
+            rec["cut"] = self.cut
+        return rec
+
+
+@dataclass(frozen=True, slots=True)
+class NoteRecord:
+    """`s`: a system note (a failed turn, a handoff that opens a reset conversation)."""
+
+    text: str
+    cut: int | None = None
+
+    KIND: ClassVar[str] = "s"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> NoteRecord:
+        return NoteRecord(raw["x"], raw.get("cut"))
+
+    def encode(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"k": "s", "x": self.text}
+        if self.cut is not None:
+            rec["cut"] = self.cut
+        return rec
+
+
+@dataclass(frozen=True, slots=True)
+class EndRecord:
+    """`e`: the end of run `run_id` (settlement): its outcome, error and final payload."""
+
+    run_id: str
+    outcome: Outcome
+    error: str | None = None
+    payload: Any = None
+
+    KIND: ClassVar[str] = "e"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> EndRecord:
+        return EndRecord(
+            str(raw.get("run")),
+            Outcome(str(raw.get("o", Outcome.COMPLETED.value))),
+            raw.get("x"),
+            raw.get("p"),
+        )
+
+    def encode(self) -> dict[str, Any]:
+        return end_record(self.run_id, self.outcome, self.error, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """`c`: the first record after compaction `id`: `n` records were written (itself and the kept ones),
+    why (`reason`), the summary when there is one, and the estimated tokens before and after."""
+
+    id: str
+    n: int = 1
+    reason: str | None = None
+    summary: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+
+    KIND: ClassVar[str] = "c"
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> CompactionRecord:
+        return CompactionRecord(
+            raw["id"], int(raw.get("n", 1)), raw.get("r"), raw.get("x"), raw.get("tb"), raw.get("ta")
+        )
+
+    def encode(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"k": "c", "id": self.id, "n": self.n}
+        if self.reason is not None:
+            rec["r"] = self.reason
+        if self.summary is not None:
+            rec["x"] = self.summary
+        if self.tokens_before is not None:
+            rec["tb"] = self.tokens_before
+        if self.tokens_after is not None:
+            rec["ta"] = self.tokens_after
+        return rec
+
+    def message(self) -> Message | None:
+        """The conversation's view of it: one system message with the summary (None without one)."""
+        return summary_message(self.encode()) if self.summary else None
+
+
+@dataclass(frozen=True, slots=True)
+class OtherRecord:
+    """A record of a kind this version does not know (written by a newer one): kept as it is."""
+
+    raw: dict[str, Any]
+
+    KIND: ClassVar[str] = ""
+
+    @staticmethod
+    def decode(raw: dict[str, Any]) -> OtherRecord:
+        return OtherRecord(raw)
+
+    def encode(self) -> dict[str, Any]:
+        return self.raw
+
+
+HistoryRecord: TypeAlias = (
+    InputRecord | BlockRecord | ResultRecord | NoteRecord | EndRecord | CompactionRecord | OtherRecord
+)
+"""One history record, typed (`decode_record`)."""
+
+_DECODERS: dict[str, Callable[[dict[str, Any]], HistoryRecord]] = {
+    cls.KIND: cls.decode
+    for cls in (InputRecord, BlockRecord, ResultRecord, NoteRecord, EndRecord, CompactionRecord)
+}
+
+
+def decode_record(raw: dict[str, Any]) -> HistoryRecord:
+    """A stored history record (its JSON object) as its typed record; `encode()` gives the dict back."""
+    return _DECODERS.get(str(raw.get("k")), OtherRecord.decode)(raw)

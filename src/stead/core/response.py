@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 from stead.core import records as R
 from stead.core.consume import consumption_published, write_consumption
-from stead.core.hooks import ResponseInfo
+from stead.core.hooks import BlockInfo, ResponseInfo
 from stead.core.outcome import Outcome
 from stead.core.records import Pending
 from stead.core.settle import settle_in
@@ -104,7 +104,7 @@ async def commit_held(st: AgentState, turn: Turn) -> None:
         if st.hooks.wants("block_tx"):
             ctx = st.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
             for b in blocks:
-                await st.hooks.block_tx(ctx, b)
+                await st.hooks.block_tx(ctx, BlockInfo(b))
         pending = turn.pending.but(turn_id=turn.inference_id, inference_id=turn.inference_id)
         await tx.write(st.id, R.PENDING, pending.encode())
 
@@ -187,7 +187,7 @@ async def commit_end(
             ctx = st.hook_ctx(tx, turn.pending, inference_id=turn.inference_id)
             if want_blocks:
                 for b in blocks:
-                    await hooks.block_tx(ctx, b)
+                    await hooks.block_tx(ctx, BlockInfo(b))
             await hooks.response_tx(ctx, response_info(turn, reason, error))
         if usage is not None and not blocks:
             # S4: the usage rides on the response's last block record; without blocks it gets a key
@@ -229,7 +229,15 @@ async def commit_end(
         tx.after_commit(published)
         if not more:
             outcome = Outcome.COMPLETED if error is None else Outcome.FAILED
-            await settle_in(st, tx, turn.pending, outcome, error)
+            await settle_in(
+                st,
+                tx,
+                turn.pending,
+                outcome,
+                error,
+                written=consumed + recs,
+                reset=turn.reset and bool(consumed),
+            )
     turn.held.clear()
     turn.calls.clear()
     return more

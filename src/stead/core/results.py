@@ -2,10 +2,10 @@
 
 The kernel owns the link message → run → outcome, in the agent's own history (no plugin needed): a
 consumed-input record carries the id of the run that consumed it (`"run"`), and settlement appends one
-end-of-run record (`{"k":"e","run":…,"o":outcome,"x":error}`) in the settling transaction. A run's records
-are those after the previous run's end record up to its own, so its result — final text, messages, summed
-usage, outcome — is computed from committed records alone, the same in any process after any crash
-(`agent.run` uses this).
+end-of-run record (`{"k":"e","run":…,"o":outcome,"x":error}`, read as an `EndRecord`) in the settling
+transaction. A run's records are those after the previous run's end record up to its own, so its result —
+final text, messages, summed usage, outcome — is computed from committed records alone, the same in any
+process after any crash (`agent.run` uses this).
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.core.outcome import Outcome
-from stead.core.records import build_messages, full_records
+from stead.core.records import (
+    CompactionRecord,
+    EndRecord,
+    InputRecord,
+    build_messages,
+    decode_record,
+    full_records,
+)
 from stead.messages import Message, Usage
 from stead.store.base import Tx
 
@@ -82,24 +89,29 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
     start = 0
     consumed = False
     run_id: str | None = None
-    for i, rec in enumerate(records):
-        kind = rec.get("k")
-        if kind == "e":
-            if consumed and (run_id is None or rec.get("run") == run_id):
-                end_run = str(rec.get("run"))
-                messages = build_messages([r for r in records[start:i] if r.get("k") != "c"])
+    typed = [decode_record(r) for r in records]
+    for i, rec in enumerate(typed):
+        if isinstance(rec, EndRecord):
+            if consumed and (run_id is None or rec.run_id == run_id):
+                # a compaction's summary is not part of any run's messages
+                own = [records[j] for j in range(start, i) if not isinstance(typed[j], CompactionRecord)]
+                messages = build_messages(own)
                 text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
-                outcome = Outcome(str(rec.get("o", Outcome.COMPLETED.value)))
                 result = RunResult(
-                    end_run, outcome, text, messages, _usage(messages), rec.get("x"), message_id, rec.get("p")
+                    rec.run_id,
+                    rec.outcome,
+                    text,
+                    messages,
+                    _usage(messages),
+                    rec.error,
+                    message_id,
+                    rec.payload,
                 )
-                return RunState(end_run, result)
+                return RunState(rec.run_id, result)
             start = i + 1
-        elif kind == "c":
-            continue  # a compaction's summary: not part of any run's messages
-        elif kind == "u" and not consumed and rec.get("id") == message_id:
+        elif isinstance(rec, InputRecord) and not consumed and rec.id == message_id:
             consumed = True
-            run_id = rec.get("run")
+            run_id = rec.run_id
     if not consumed:
         return None
     return RunState(run_id, None)
@@ -119,11 +131,12 @@ async def read_run_records(tx: Tx, agent_id: str, message_id: str) -> list[dict[
         page = await tx.load_before(agent_id, before, limit)
         for _, raw in page:
             rec = json.loads(raw)
-            if found and rec.get("k") == "e":
+            typed = decode_record(rec)
+            if found and isinstance(typed, EndRecord):
                 tail.reverse()
                 return tail
             tail.append(rec)
-            if not found and rec.get("k") == "u" and rec.get("id") == message_id:
+            if not found and isinstance(typed, InputRecord) and typed.id == message_id:
                 found = True
         if len(page) < limit:
             if not found:
@@ -157,7 +170,7 @@ def waiting_result(records: list[dict[str, Any]], message_id: str) -> RunResult 
         return None
     start = 0
     for i, rec in enumerate(records):
-        if rec.get("k") == "e":
+        if isinstance(decode_record(rec), EndRecord):
             start = i + 1
     messages = build_messages(records[start:])
     text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")

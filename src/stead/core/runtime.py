@@ -31,7 +31,7 @@ import logging
 from stead._ids import new_id
 from stead.core import records as R
 from stead.core.abort import after_abort
-from stead.core.admission import Inbound, accept
+from stead.core.admission import Inbound
 from stead.core.batch import decode_batch, run_batch
 from stead.core.compaction import at_boundary, compaction_stage, due, reject_waiters
 from stead.core.config import AgentConfig, Env
@@ -48,7 +48,6 @@ from stead.core.settle import settle_in
 from stead.core.state import AgentState, inside_agent
 from stead.errors import Closed, LeaseLost, StoreCrashed, StoreError
 from stead.messages import ToolResult, repair_text
-from stead.store.base import Tx
 
 __all__ = ["POISON_ATTEMPTS", "AgentRuntime", "Inbound", "inside_agent"]
 
@@ -146,10 +145,6 @@ class AgentRuntime(AgentState):
         self._set_idle()
 
     # ------------------------------------------------------------------ acceptance (stead.core.admission)
-    async def accept(self, tx: Tx, item: Inbound) -> bool:
-        """Write one accepted message inside `tx`; False when its id was seen before (A3)."""
-        return await accept(self, tx, item)
-
     def begin_accept(self) -> None:
         """An acceptance for this agent is in flight (`wait_idle` must not report idle meanwhile)."""
         self._accepting += 1

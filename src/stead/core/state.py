@@ -19,7 +19,7 @@ from typing import Any
 
 from stead.core.config import AgentConfig, Env
 from stead.core.events import Event
-from stead.core.hooks import HookContext, RunContext
+from stead.core.hooks import HookContext, OfferedToolsInfo, RunContext
 from stead.core.mirror import Mirror
 from stead.core.records import Pending, Queued
 from stead.messages import Block, ToolCall, ToolResult, Usage
@@ -144,7 +144,7 @@ class AgentState(Mirror):
             tools = [*tools, RECALL]
         if not self.hooks.wants("offered_tools"):
             return tools
-        return self.hooks.offered_tools(self.hook_ctx(None, pending), list(tools))
+        return self.hooks.offered_tools(self.hook_ctx(None, pending), OfferedToolsInfo(list(tools)))
 
     # ------------------------------------------------------------------ observers
     @property

@@ -8,14 +8,15 @@ team = load_registry("examples/team")
 
 from stead.definitions._loader import import_tool, load_definition, load_registry
 from stead.definitions._registry import Registry
-from stead.definitions._schema import AgentDefinition, Limits, RealtimeSettings
+from stead.definitions._schema import AgentDefinition, Limits, NarrationSettings, RealtimeSettings
 from stead.definitions._template import render_instructions
-from stead.errors import DefinitionError
+from stead.extend import DefinitionError
 
 __all__ = [
     "AgentDefinition",
     "DefinitionError",
     "Limits",
+    "NarrationSettings",
     "RealtimeSettings",
     "Registry",
     "import_tool",

@@ -18,18 +18,27 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from stead._yaml import YamlDocument, load_yaml_model, read_yaml
 from stead.definitions._registry import Registry
 from stead.definitions._schema import AgentDefinition
 from stead.definitions._template import compile_instructions
-from stead.errors import ConfigurationError, DefinitionError
-from stead.flows._loader import check_schema, compile_flow
-from stead.providers._options import SUPPORTED, OptionError, check_model_options, unsupported_options
-from stead.providers.base import Provider
-from stead.providers.catalog import load_catalog
-from stead.providers.router import parse_spec
-from stead.providers.scripted_file import load_scripted_model
-from stead.tools._tool import Tool, tool
+from stead.extend import SUPPORTED_MODEL_OPTIONS as SUPPORTED
+from stead.extend import (
+    ConfigurationError,
+    DefinitionError,
+    OptionError,
+    Provider,
+    Tool,
+    YamlDocument,
+    check_model_options,
+    load_catalog,
+    load_yaml_model,
+    parse_spec,
+    read_yaml,
+    tool,
+    unsupported_options,
+)
+from stead.flows import check_schema, compile_flow
+from stead.testing import load_scripted_model
 
 __all__ = ["import_tool", "load_definition", "load_registry"]
 

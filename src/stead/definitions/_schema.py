@@ -17,10 +17,9 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from stead.flows._schema import FlowPath, FlowStep, PayloadRules
-from stead.mcp._config import McpServer
-from stead.providers.base import Provider
-from stead.tools._tool import Tool
+from stead.extend import Provider, Tool
+from stead.flows import FlowPath, FlowStep, PayloadRules
+from stead.mcp import McpServer
 
 __all__ = [
     "AgentDefinition",

@@ -21,9 +21,8 @@ import jinja2
 import yaml
 from jinja2.sandbox import SandboxedEnvironment
 
-from stead._yaml import YamlDocument
 from stead.definitions._schema import AgentDefinition
-from stead.errors import DefinitionError
+from stead.extend import DefinitionError, YamlDocument
 
 __all__ = ["MAX_RENDER_CHARS", "MAX_RENDER_SECONDS", "compile_instructions", "render_instructions"]
 

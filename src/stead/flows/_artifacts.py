@@ -21,14 +21,9 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from stead._ids import new_id
-from stead.errors import InvalidInput
+from stead.extend import InvalidInput, Store, Tool, ToolContext, Tx, dumps, new_id, tool
 from stead.flows._compute import MAX_REGEX_CHARS, MAX_RESULT_CHARS
 from stead.flows._sandbox import ComputeFailed, ComputeTimeout, compute
-from stead.messages import dumps
-from stead.store.base import Store, Tx
-from stead.tools._tool import Tool, tool
-from stead.tools.context import ToolContext
 
 __all__ = [
     "ARTIFACT_TOOLS",

@@ -21,9 +21,21 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from stead.core.hooks import HookContext, Hooks
-from stead.core.records import PAYLOAD
-from stead.errors import InvalidInput
+from stead.extend import RUN_PAYLOAD_KEY as PAYLOAD
+from stead.extend import (
+    HookContext,
+    Hooks,
+    InstructionsInfo,
+    InvalidInput,
+    Tool,
+    ToolContext,
+    ToolOutputInfo,
+    ToolResult,
+    ToolResultInfo,
+    dumps,
+    record_step,
+    tool,
+)
 from stead.flows._artifacts import (
     ARTIFACT_TOOLS,
     THRESHOLD,
@@ -50,10 +62,6 @@ from stead.flows._paths import (
 from stead.flows._pipeline import PIPELINE_TOOL, pipeline_tool
 from stead.flows._sandbox import prestart
 from stead.flows._scratchpad import SCRATCHPAD_KEY, empty, scratchpad_tools, view
-from stead.messages import ToolCall, ToolResult, dumps
-from stead.observability.records import record_step
-from stead.tools._tool import Tool, tool
-from stead.tools.context import ToolContext
 
 __all__ = ["BUILTINS_KEY", "BUILTIN_TOOLS", "BuiltinEnv", "BuiltinHooks", "Builtins"]
 
@@ -182,7 +190,8 @@ class BuiltinHooks(Hooks):
     def __init__(self, builtins: Builtins) -> None:
         self.b = builtins
 
-    async def instructions(self, ctx: HookContext, instructions: str) -> str:
+    async def instructions(self, ctx: HookContext, info: InstructionsInfo) -> str:
+        instructions = info.instructions
         env = self.b.env
         if not env.uses_run_state(ctx):
             return instructions
@@ -206,7 +215,8 @@ class BuiltinHooks(Hooks):
             cache, agent_id = self.b.cache, ctx.agent_id
             ctx.tx.after_commit(lambda: cache.forget(agent_id))
 
-    async def tool_output(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> ToolResult:
+    async def tool_output(self, ctx: HookContext, info: ToolOutputInfo) -> ToolResult:
+        call, result = info.call, info.result
         if (
             result.is_error
             or call.id is None
@@ -226,8 +236,8 @@ class BuiltinHooks(Hooks):
         self.b.artifacts[call.id] = (result.output, meta)
         return ToolResult(call.id, manifest(meta, call.name))
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
-        tx = ctx.tx
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        tx, call = ctx.tx, info.call
         if tx is None or call.id is None:
             return
         art = self.b.artifacts.pop(call.id, None)

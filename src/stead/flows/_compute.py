@@ -46,10 +46,6 @@ class ComputeError(Exception):
     """A computation that cannot be done (the message is for the model)."""
 
 
-class _TooLarge(Exception):
-    pass
-
-
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
 

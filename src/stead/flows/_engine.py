@@ -29,18 +29,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from stead._ids import new_id
-from stead.core.structured import parse_answer
+from stead.extend import new_id, parse_answer
 from stead.flows._expr import ExpressionError
 from stead.flows._loader import Static
 from stead.flows._paths import Change, Pattern, apply_changes, change_for, diff, filter_payload
-from stead.flows._schema import FlowStep, StepBody
+from stead.flows._schema import FlowDefinition, FlowStep, StepBody
 from stead.flows._state import HEAD, ITEMS, PAYLOAD, RAW, STEP, FlowTx
-
-if TYPE_CHECKING:
-    from stead.definitions._schema import AgentDefinition
 
 __all__ = [
     "MAX_FLOW_STEPS",
@@ -117,7 +113,7 @@ class _Ctx:
 class FlowEngine:
     """The engine of one flow definition (compiled: `stead.flows._loader.compile_flow`)."""
 
-    def __init__(self, definition: AgentDefinition) -> None:
+    def __init__(self, definition: FlowDefinition) -> None:
         self.definition = definition
         self.name = definition.name
         self.steps: dict[str, FlowStep] = {s.name: s for s in definition.steps}

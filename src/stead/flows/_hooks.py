@@ -19,13 +19,20 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
+from stead.extend import (
+    HookContext,
+    Hooks,
+    ResponseInfo,
+    ToolDispatchedInfo,
+    ToolResultInfo,
+    Tx,
+    dumps,
+    record_step,
+    rename_step,
+)
 from stead.flows._paths import apply_changes
 from stead.flows._provider import FLOW_KEY, FlowRuntime
 from stead.flows._state import PAYLOAD, RAW
-from stead.messages import ToolCall, ToolResult, dumps
-from stead.observability.records import record_step, rename_step
-from stead.store.base import Tx
 
 __all__ = ["FlowHooks", "record_violations"]
 
@@ -66,15 +73,15 @@ class FlowHooks(Hooks):
             for step_id, label in found.labels.items():  # run records name the steps after the flow's
                 await rename_step(ctx.tx, ctx.run_id, step_id, label)
 
-    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+    async def tool_dispatched_tx(self, ctx: HookContext, info: ToolDispatchedInfo) -> None:
         await self._flush(ctx, "work")
 
     async def response_tx(self, ctx: HookContext, info: ResponseInfo) -> None:
         if info.reason in ("stop", "error"):
             await self._flush(ctx, "end")
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
-        tx = ctx.tx
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        tx, call, result = ctx.tx, info.call, info.result
         if tx is None or call.id is None:
             return
         merge = self.runtime.merges.pop(call.id, None)

@@ -10,21 +10,16 @@ definition's models, so running a flow never parses anything.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import yaml
 from jinja2.sandbox import SandboxedEnvironment
 
-from stead._yaml import YamlDocument
-from stead.core.structured import schema_problem
-from stead.errors import DefinitionError
+from stead.extend import DefinitionError, YamlDocument, schema_problem
 from stead.flows._expr import ExpressionError, compile_expression
 from stead.flows._paths import PathError, parse_pattern, parse_target
-from stead.flows._schema import FlowStep, StepBody
-
-if TYPE_CHECKING:
-    from stead.definitions._schema import AgentDefinition
+from stead.flows._schema import FlowDefinition, FlowStep, StepBody
 
 __all__ = ["TEMPLATES", "Static", "check_schema", "compile_flow", "compile_payload_rules"]
 
@@ -66,7 +61,7 @@ def _expr(doc: YamlDocument | None, loc: Loc, source: Any) -> Any:
         raise _error(doc, loc, str(e)) from None
 
 
-def compile_payload_rules(definition: AgentDefinition, doc: YamlDocument | None) -> None:
+def compile_payload_rules(definition: FlowDefinition, doc: YamlDocument | None) -> None:
     rules = definition.payload
     if rules is None:
         return
@@ -83,7 +78,7 @@ def compile_payload_rules(definition: AgentDefinition, doc: YamlDocument | None)
         setattr(rules, f"_{name}", compiled)
 
 
-def compile_flow(definition: AgentDefinition, doc: YamlDocument | None = None) -> None:
+def compile_flow(definition: FlowDefinition, doc: YamlDocument | None = None) -> None:
     """Check and compile `definition`'s payload rules and, for a flow, its steps, paths and result."""
     compile_payload_rules(definition, doc)
     definition._compiled = True
@@ -120,7 +115,7 @@ def compile_flow(definition: AgentDefinition, doc: YamlDocument | None = None) -
 
 
 def _compile_step(
-    definition: AgentDefinition, doc: YamlDocument | None, loc: Loc, step: FlowStep, tools: set[str]
+    definition: FlowDefinition, doc: YamlDocument | None, loc: Loc, step: FlowStep, tools: set[str]
 ) -> None:
     if step.for_each is not None:
         step.for_each._items = _expr(doc, [*loc, "for_each", "items"], step.for_each.items)
@@ -137,7 +132,7 @@ def _compile_step(
 
 
 def _compile_body(
-    definition: AgentDefinition, doc: YamlDocument | None, loc: Loc, body: StepBody, tools: set[str]
+    definition: FlowDefinition, doc: YamlDocument | None, loc: Loc, body: StepBody, tools: set[str]
 ) -> None:
     if body.tool is not None and body.tool not in tools:
         known = ", ".join(sorted(tools)) or "none"

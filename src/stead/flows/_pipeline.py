@@ -44,13 +44,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stead.errors import InvalidInput
+from stead.extend import (
+    CallKV,
+    InvalidInput,
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+    dumps,
+    render_output,
+    tool,
+)
 from stead.flows._compute import MAX_REGEX_CHARS, MAX_VALUE_CHARS, ComputeError, compile_regex, kind_of
 from stead.flows._expr import Expression, ExpressionError, compile_expression
 from stead.flows._sandbox import ComputeFailed, ComputeTimeout, compute
-from stead.messages import dumps
-from stead.tools._tool import Tool, ToolArgumentError, render_output, tool
-from stead.tools.context import CallKV, ToolContext
 
 __all__ = [
     "MAX_MAP_ITEMS",

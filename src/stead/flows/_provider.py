@@ -28,26 +28,31 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stead.core.records import PAYLOAD_METADATA
-from stead.core.structured import answer_errors
-from stead.errors import ConfigurationError, ProviderError
+from stead.extend import PAYLOAD_METADATA_KEY as PAYLOAD_METADATA
+from stead.extend import (
+    BlockEnd,
+    ConfigurationError,
+    Done,
+    Message,
+    Provider,
+    ProviderError,
+    ProviderRequest,
+    StreamEvent,
+    Text,
+    TextDelta,
+    Tool,
+    ToolCall,
+    Usage,
+    UsageEvent,
+    answer_errors,
+    tool,
+)
 from stead.flows._engine import PROMPT_TOOL, End, FlowEngine, NewInput, Planned
 from stead.flows._paths import Change
 from stead.flows._state import FlowTx
-from stead.messages import Message, Text, ToolCall, Usage
-from stead.providers.base import (
-    BlockEnd,
-    Done,
-    Provider,
-    ProviderRequest,
-    StreamEvent,
-    TextDelta,
-    UsageEvent,
-)
-from stead.tools._tool import Tool, tool
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
 __all__ = ["FLOW_KEY", "INPUT_METADATA", "FlowProvider", "FlowRuntime", "prompt_tool"]
 

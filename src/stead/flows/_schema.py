@@ -8,7 +8,8 @@ parsed — each error with `file:line`) is checked by `stead.flows._loader.compi
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -169,6 +170,35 @@ class PayloadRules(_Strict):
 
     _read: Any = PrivateAttr(default=None)
     _write: Any = PrivateAttr(default=None)
+
+
+class FlowDefinition(Protocol):
+    """What the flow layer reads and compiles of an agent definition (`stead.definitions.AgentDefinition`
+    is one): flows build on no other plugin, so they name only the parts they use."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def model(self) -> str | Sequence[str] | None: ...
+    @property
+    def sub_agents(self) -> Sequence[str]: ...
+    @property
+    def steps(self) -> Sequence[FlowStep]: ...
+    @property
+    def paths(self) -> Sequence[FlowPath]: ...
+    @property
+    def payload(self) -> PayloadRules | None: ...
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def resolved_tools(self) -> Sequence[Any]: ...
+
+    _result: Any
+    """The compiled `result` expression (set by `compile_flow`)."""
+    _compiled: bool
+    """Whether `compile_flow` ran."""
 
 
 _RESERVED = ("payload", "input", "data", "steps", "step", "flow", "index", "iteration")

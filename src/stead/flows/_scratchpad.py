@@ -19,11 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stead.errors import InvalidInput
-from stead.messages import dumps
-from stead.store.base import Tx
-from stead.tools._tool import Tool, tool
-from stead.tools.context import ToolContext
+from stead.extend import InvalidInput, Tool, ToolContext, Tx, dumps, tool
 
 __all__ = [
     "MAX_TASKS",

@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stead.core.records import PAYLOAD
-from stead.messages import dumps
-from stead.store.base import Tx
+from stead.extend import RUN_PAYLOAD_KEY as PAYLOAD
+from stead.extend import Tx, dumps
 
 __all__ = ["HEAD", "ITEMS", "PAYLOAD", "RAW", "STEP", "FlowTx"]
 

@@ -11,7 +11,7 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from stead.errors import ConfigurationError
+from stead.extend import ConfigurationError
 
 __all__ = ["McpServer", "ToolOverride", "expand"]
 

@@ -284,10 +284,6 @@ class Connection:
         if isinstance(message, ToolListChangedNotification):
             self._changed.set()
 
-    def invalidate(self) -> None:
-        """Drop the cached listing: the lifetime task lists the tools again."""
-        self._changed.set()
-
     # ------------------------------------------------------------------ calls
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> Any:
         """Call `tool`; returns the `CallToolResult`. Raises `ServerGone` if the connection is down (not

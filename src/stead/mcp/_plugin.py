@@ -34,13 +34,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from stead.core.hooks import HookContext, Hooks
-from stead.errors import ConfigurationError
+from stead.extend import (
+    AgentSystem,
+    ConfigurationError,
+    HookContext,
+    Hooks,
+    OfferedToolsInfo,
+    Plugin,
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+)
 from stead.mcp._config import McpServer
 from stead.mcp._connection import Connection, ServerGone
-from stead.system import AgentSystem, Plugin
-from stead.tools._tool import Tool, ToolArgumentError
-from stead.tools.context import ToolContext
 
 __all__ = ["MCP_KEY", "McpPlugin", "McpTool", "McpToolError", "flags_for", "render_result", "tool_name"]
 
@@ -253,11 +259,11 @@ class McpPlugin(Plugin):
         except Exception:  # an unusable schema: the server validates instead
             t._validator = None
 
-    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+    def offered_tools(self, ctx: HookContext, info: OfferedToolsInfo) -> list[str]:
         servers = ctx.extra.get(MCP_KEY)
         if not servers:
-            return tools
-        out = list(tools)
+            return info.tools
+        out = list(info.tools)
         for server in servers:
             out.extend(n for n in self._names.get(str(server), ()) if n not in out)
         return out
@@ -288,5 +294,5 @@ class _McpHooks(Hooks):
     def __init__(self, plugin: McpPlugin) -> None:
         self.plugin = plugin
 
-    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
-        return self.plugin.offered_tools(ctx, tools)
+    def offered_tools(self, ctx: HookContext, info: OfferedToolsInfo) -> list[str]:
+        return self.plugin.offered_tools(ctx, info)

@@ -17,7 +17,7 @@ from stead.memory._model import NOTE_TYPES, Event, Example, Note, Scope
 from stead.memory._plugin import SCOPE_KEY, MemoryPlugin
 from stead.memory._render import PRECEDENCE
 from stead.memory._retrieval import RRF_K, rrf
-from stead.memory._rows import fts_query, lexical_tokens
+from stead.memory._sql import fts_query, lexical_tokens
 
 __all__ = [
     "MEMORY_KEY",

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from stead.errors import InvalidInput, NotFound
+from stead.extend import InvalidInput, NotFound
 from stead.memory._core import MemoryCore
 from stead.memory._model import AUTHORS, NOTE_STATUSES, NOTE_TYPES, Event, Example, Note, Scope, text_hash
 from stead.memory._retrieval import STRATEGIES

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from stead.errors import ConfigurationError
+from stead.extend import ConfigurationError
 from stead.memory._embedders import Embedder
 from stead.memory._model import Note
 

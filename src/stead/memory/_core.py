@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stead.errors import ReadOnly
+from stead.extend import AgentSystem, ReadOnly, Store
 from stead.memory._config import AgentMemory, MemoryConfig
 from stead.memory._embedders import Embedder, auto_embedder
 from stead.memory._retrieval import Retriever, Weights
-from stead.memory._rows import Rows
-from stead.store.base import Store
-from stead.system import AgentSystem
+from stead.memory._sql import MemorySql
 
 __all__ = ["MemoryCore"]
 
@@ -24,7 +22,7 @@ class MemoryCore:
         self.config = config
         self._system: AgentSystem | None = None
         self._retriever: Retriever | None = None
-        self._rows: Rows | None = None
+        self._rows: MemorySql | None = None
 
     def bind(self, system: AgentSystem) -> None:
         """Resolve the embedder (`"auto"`: the local model when its packages are installed, else lexical
@@ -42,7 +40,7 @@ class MemoryCore:
                 import numpy  # noqa: F401
             except ImportError:
                 embedder, hint = None, "stead memory: vector search needs numpy: pip install 'stead[memory]'"
-        self._rows = Rows(system.store.dialect)
+        self._rows = MemorySql(system.store.dialect)
         self._retriever = Retriever(
             system.store,
             embedder,
@@ -73,7 +71,7 @@ class MemoryCore:
         return self._retriever
 
     @property
-    def rows(self) -> Rows:
+    def rows(self) -> MemorySql:
         self._started()
         assert self._rows is not None
         return self._rows

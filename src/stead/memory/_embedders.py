@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from stead.errors import ConfigurationError
+from stead.extend import ConfigurationError
 
 __all__ = ["Embedder", "HashEmbedder", "OpenAIEmbedder", "auto_embedder", "cosine"]
 

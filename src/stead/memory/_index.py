@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from stead.memory._rows import Rows
-from stead.store.base import Tx
+from stead.extend import Tx
+from stead.memory._sql import MemorySql
 
 __all__ = ["VectorIndex"]
 
@@ -72,7 +72,7 @@ class VectorIndex:
     async def top(
         self,
         tx: Tx,
-        rows: Rows,
+        rows: MemorySql,
         query: Sequence[float],
         candidates: Sequence[int],
         k: int,
@@ -128,7 +128,7 @@ class VectorIndex:
     async def top_visible(
         self,
         tx: Tx,
-        rows: Rows,
+        rows: MemorySql,
         query: Sequence[float],
         k: int,
         floor: float,

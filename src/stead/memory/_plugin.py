@@ -1,7 +1,7 @@
 """The memory layer as a plugin (`stead.open(url, memory=True)`; name `memory`).
 
 It contributes:
-- its tables (`stead.memory._schema`, SQLite and PostgreSQL);
+- its tables (`stead.memory._migrations`, SQLite and PostgreSQL);
 - the `remember` tool, offered (by the `offered_tools` hook) only to agents whose settings allow writes;
 - a `run_context` hook: before a run's first inference — outside any transaction — the run's notes,
   examples and pre-execution passages, chosen for the user and agent of the run's first message, rendered
@@ -20,19 +20,28 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from stead.errors import InvalidInput
-from stead.extend import HookContext, Hooks, IncomingMessage, Migrations, Plugin, ResponseInfo
+from stead.extend import (
+    AgentSystem,
+    HookContext,
+    Hooks,
+    IncomingMessage,
+    InvalidInput,
+    Migrations,
+    OfferedToolsInfo,
+    Plugin,
+    ResponseInfo,
+    Tool,
+    ToolResultInfo,
+    dumps,
+)
 from stead.memory._api import Memory
 from stead.memory._config import AgentMemory, MemoryConfig, Retrieved
 from stead.memory._core import MemoryCore
+from stead.memory._migrations import MIGRATIONS
 from stead.memory._model import Example, Note, Scope
 from stead.memory._render import render_memory, render_retrieved
 from stead.memory._retrieval import Retriever, rrf
-from stead.memory._schema import MIGRATIONS
 from stead.memory._write import KV_TAINT, Writer, effects_of, remember_tool
-from stead.messages import ToolCall, ToolResult, dumps
-from stead.system import AgentSystem
-from stead.tools import Tool
 
 __all__ = ["SCOPE_KEY", "MemoryPlugin"]
 
@@ -88,7 +97,8 @@ class MemoryPlugin(Plugin, Hooks):
         scope_of(raw)  # raises InvalidInput when malformed
 
     # ------------------------------------------------------------------ hooks
-    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+    def offered_tools(self, ctx: HookContext, info: OfferedToolsInfo) -> list[str]:
+        tools = info.tools
         if "remember" in tools:
             return tools
         settings = self.settings_for(ctx.extra)
@@ -97,7 +107,7 @@ class MemoryPlugin(Plugin, Hooks):
         return tools
 
     async def run_context(self, ctx: HookContext) -> Any:
-        from stead.core.hooks import RunContext
+        from stead.extend import RunContext
 
         settings = self.settings_for(ctx.extra)
         if settings is None or (settings.notes == 0 and settings.examples == 0 and not settings.sources):
@@ -193,8 +203,8 @@ class MemoryPlugin(Plugin, Hooks):
             (dumps({"memory": injected}), ctx.run_id, info.inference_id),
         )
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
-        tx = ctx.tx
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        tx, call = ctx.tx, info.call
         if tx is None or call.name == self._remember.name:
             return
         if self.settings_for(ctx.extra) is None:

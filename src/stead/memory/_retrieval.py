@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from stead.extend import Store
 from stead.memory._embedders import NO_SEMANTIC_HINT, Embedder
 from stead.memory._index import VectorIndex
 from stead.memory._model import Example, Note, Scope
-from stead.memory._rows import Rows, lexical_tokens
-from stead.store.base import Store
+from stead.memory._sql import MemorySql, lexical_tokens
 
 __all__ = ["RRF_K", "Retriever", "Strategy", "rrf"]
 
@@ -82,7 +82,7 @@ class Retriever:
         writable: bool = True,
     ) -> None:
         self.store = store
-        self.rows = Rows(store.dialect)
+        self.rows = MemorySql(store.dialect)
         self.embedder = embedder
         self.weights = weights or Weights()
         self.reranker = reranker

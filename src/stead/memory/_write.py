@@ -32,13 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stead.extend import Tx, record_step
+from stead.extend import Tool, ToolContext, Tx, dumps, record_step, tool
 from stead.memory._core import MemoryCore
 from stead.memory._embedders import cosine
 from stead.memory._model import Note, Scope, normalize, text_hash
 from stead.memory._render import quote
-from stead.messages import dumps
-from stead.tools import Tool, ToolContext, tool
 
 __all__ = ["KV_TAINT", "KV_WRITES", "WRITE_TYPES", "remember_tool"]
 

@@ -12,15 +12,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from stead.observability.model import Run, Step, get_run, list_runs
-from stead.observability.records import (
-    PARENT_KEY,
-    SESSION_KEY,
-    RunRecorder,
-    parent_link,
-    record_guardrail,
-    record_step,
-)
+from stead.extend import PARENT_KEY, SESSION_KEY, parent_link, record_guardrail, record_step
+from stead.observability.queries import Run, Step, get_run, list_runs
+from stead.observability.records import RunRecorder
 
 if TYPE_CHECKING:
     from stead.observability.tracing import TracingHooks

@@ -10,13 +10,24 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from stead._plugin import Migrations
-from stead._runs import Run
-from stead.core.hooks import Hooks
-from stead.observability.model import get_run, list_runs
-from stead.observability.records import MIGRATIONS, PG_MIGRATIONS, STEP_TYPE_KEY, RunRecorder
-from stead.store.base import Store
-from stead.system import AgentSystem, Plugin
+from stead.extend import (
+    STEP_TYPE_KEY,
+    AgentSystem,
+    Hooks,
+    Migrations,
+    Plugin,
+    Run,
+    Store,
+    bind_step_writer,
+)
+from stead.observability.queries import get_run, list_runs
+from stead.observability.records import (
+    MIGRATIONS,
+    PG_MIGRATIONS,
+    RECORDS_MODULE,
+    RecordsWriter,
+    RunRecorder,
+)
 
 __all__ = ["RecordsPlugin", "TracingPlugin"]
 
@@ -40,6 +51,8 @@ class RecordsPlugin(Plugin):
 
     async def start(self, system: AgentSystem) -> None:
         self._store = system.store
+        if RECORDS_MODULE in system.store.modules:  # `stead.extend.record_step` & co. now write here
+            bind_step_writer(system.store, RecordsWriter())
         if self.recorder.is_sub_agent is None:
             tools = system.tools  # the live registry: tools added later (MCP, …) are seen too
 
@@ -48,6 +61,9 @@ class RecordsPlugin(Plugin):
                 return t is not None and t.metadata.get(STEP_TYPE_KEY) == "sub_agent"
 
             self.recorder.is_sub_agent = step_type
+
+    async def close(self, system: AgentSystem) -> None:
+        bind_step_writer(system.store, None)
 
     def _require_store(self) -> Store:
         if self._store is None:

@@ -17,42 +17,32 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stead._ids import new_id
-from stead._plugin import STEP_TYPE_KEY
-from stead.core.hooks import CompactionInfo, HookContext, Hooks, ResponseInfo
-from stead.core.outcome import Outcome
-from stead.messages import Text, ToolCall, ToolResult, Usage
-from stead.store.base import Tx
+from stead.extend import (
+    SESSION_KEY,
+    AwaitingInputInfo,
+    BlockInfo,
+    CallDecidedInfo,
+    CompactionInfo,
+    HookContext,
+    Hooks,
+    ResponseInfo,
+    SettledInfo,
+    Text,
+    ToolDispatchedInfo,
+    ToolResultInfo,
+    Tx,
+    Usage,
+    new_id,
+    parent_link,
+    record_step,
+)
 
-__all__ = [
-    "MIGRATIONS",
-    "PARENT_KEY",
-    "PG_MIGRATIONS",
-    "SESSION_KEY",
-    "STEP_TYPES",
-    "STEP_TYPE_KEY",
-    "RunRecorder",
-    "end_run",
-    "parent_link",
-    "record_guardrail",
-    "record_run",
-    "record_step",
-    "rename_step",
-    "update_step",
-]
+__all__ = ["MIGRATIONS", "PG_MIGRATIONS", "RECORDS_MODULE", "RecordsWriter", "RunRecorder"]
 
-PARENT_KEY = "stead.parent"
-"""Metadata key of the activating message that links a child run to its parent run and step."""
-
-SESSION_KEY = "stead.session_id"
-"""Metadata key of the activating message that names a session for a root run."""
-
-STEP_TYPES = ("prompt", "tool", "sub_agent", "guardrail", "validation", "memory", "compaction")
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "awaiting_input")
 SEPARATOR = " → "
 _NO_USAGE = (None, None, None, None)
 
@@ -163,16 +153,6 @@ _encode = json.JSONEncoder(
 ).encode
 
 
-def parent_link(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The `stead.parent` link of an activating message's metadata, if it is a well-formed one."""
-    if not metadata:
-        return None
-    link = metadata.get(PARENT_KEY)
-    if isinstance(link, dict) and isinstance(link.get("run_id"), str):
-        return link
-    return None
-
-
 def _label(ctx: HookContext) -> str:
     return ctx.agent_name or ctx.agent_id
 
@@ -226,7 +206,7 @@ _UPDATE_PROMPT = (
     "WHERE run_id = ? AND id = ?"
 )
 # Totals are summed from the run's prompt steps at settlement (the hot path never touches the runs row);
-# `stead.observability.model` sums them live for a run still running.
+# `stead.observability.queries` sums them live for a run still running.
 TOTALS = (
     "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
     "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
@@ -249,188 +229,109 @@ _ROLL_UP = (
 )
 
 
-async def record_step(
-    tx: Tx,
-    run_id: str,
-    type: str,
-    name: str,
-    *,
-    status: str = "completed",
-    target: str | None = None,
-    target_run_id: str | None = None,
-    target_log_id: str | None = None,
-    parent_step_id: str | None = None,
-    input: Any = None,
-    output: Any = None,
-    error: str | None = None,
-    started_at: float | None = None,
-    completed_at: float | None = None,
-    step_id: str | None = None,
-) -> str:
-    """Append one step to a run inside `tx` (the next number; the name gets the run's breadcrumb) and return
-    its id. For layers above the kernel: validation, memory, compaction and guardrail steps. With run
-    records off (no records plugin in this system) nothing is written and the id is still returned, so a
-    plugin records its steps without caring whether records are on."""
-    if type not in STEP_TYPES:
-        raise ValueError(f"step type must be one of {', '.join(STEP_TYPES)}, not {type!r}")
-    sid = step_id or new_id()
-    if RECORDS_MODULE not in tx.store.modules:
-        return sid
-    now = time.time()
-    done = completed_at if completed_at is not None else (None if status == "running" else now)
-    await tx.write_sql(
-        _INSERT_STEP,
-        (
-            sid,
-            run_id,
-            parent_step_id,
-            type,
-            run_id,
-            name,
-            target,
-            target_run_id,
-            target_log_id,
-            status,
-            started_at if started_at is not None else now,
-            done,
-            None if input is None else _dumps(input),
-            None if output is None else _dumps(output),
-            error,
-            run_id,
-        ),
-    )
-    return sid
+class RecordsWriter:
+    """The `StepWriter` of the run-record tables (`stead.extend.record_step` and the others hand their writes
+    here when this plugin keeps the store's records): every statement runs inside the caller's `tx`."""
 
+    async def write_step(self, tx: Tx, run_id: str, sid: str, type: str, name: str, **fields: Any) -> None:
+        status: str = fields.get("status", "completed")
+        started_at = fields.get("started_at")
+        completed_at = fields.get("completed_at")
+        inp, out = fields.get("input"), fields.get("output")
+        now = time.time()
+        done = completed_at if completed_at is not None else (None if status == "running" else now)
+        await tx.write_sql(
+            _INSERT_STEP,
+            (
+                sid,
+                run_id,
+                fields.get("parent_step_id"),
+                type,
+                run_id,
+                name,
+                fields.get("target"),
+                fields.get("target_run_id"),
+                fields.get("target_log_id"),
+                status,
+                started_at if started_at is not None else now,
+                done,
+                None if inp is None else _dumps(inp),
+                None if out is None else _dumps(out),
+                fields.get("error"),
+                run_id,
+            ),
+        )
 
-async def rename_step(tx: Tx, run_id: str, step_id: str, name: str) -> None:
-    """Give a recorded step a better name (the run's breadcrumb is prefixed), inside `tx`: a layer that knows
-    what a tool call or an inference stands for names it (a flow names its steps after the flow's steps). A
-    no-op when run records are off or there is no such step."""
-    if RECORDS_MODULE not in tx.store.modules:
-        return
-    await tx.write_sql(
-        "UPDATE run_steps SET name = COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') || ? "
-        "WHERE run_id = ? AND id = ?",
-        (run_id, name, run_id, step_id),
-    )
+    async def rename_step(self, tx: Tx, run_id: str, step_id: str, name: str) -> None:
+        await tx.write_sql(
+            "UPDATE run_steps SET name = COALESCE((SELECT breadcrumb || ': ' FROM runs WHERE id = ?), '') "
+            "|| ? WHERE run_id = ? AND id = ?",
+            (run_id, name, run_id, step_id),
+        )
 
+    async def record_run(self, tx: Tx, run_id: str, agent_id: str, **fields: Any) -> None:
+        agent_name: str | None = fields.get("agent_name")
+        started_at = fields.get("started_at")
+        await tx.write_sql(
+            "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, session_id, conversation_id, status, "
+            "started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
+            (
+                run_id,
+                agent_id,
+                agent_name,
+                agent_name or agent_id,
+                fields.get("session_id"),
+                agent_id,
+                started_at if started_at is not None else time.time(),
+            ),
+        )
 
-async def record_run(
-    tx: Tx,
-    run_id: str,
-    agent_id: str,
-    *,
-    agent_name: str | None = None,
-    session_id: str | None = None,
-    started_at: float | None = None,
-) -> None:
-    """Open a run record (status `running`) for work the kernel's loop does not drive — a realtime
-    session — inside `tx`; `end_run` closes it. A no-op with run records off, and for an existing id."""
-    if RECORDS_MODULE not in tx.store.modules:
-        return
-    await tx.write_sql(
-        "INSERT INTO runs(id, agent_id, agent_name, breadcrumb, session_id, conversation_id, status, "
-        "started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT(id) DO NOTHING",
-        (
-            run_id,
-            agent_id,
-            agent_name,
-            agent_name or agent_id,
-            session_id,
-            agent_id,
-            started_at if started_at is not None else time.time(),
-        ),
-    )
+    async def update_step(self, tx: Tx, run_id: str, step_id: str, **fields: Any) -> None:
+        sets: list[str] = []
+        params: list[Any] = []
+        status = fields.get("status")
+        if status is not None:
+            sets.append("status = ?")
+            params.append(status)
+            if status != "running":
+                completed_at = fields.get("completed_at")
+                sets.append("completed_at = ?")
+                params.append(completed_at if completed_at is not None else time.time())
+        if fields.get("output") is not None:
+            sets.append("output_json = ?")
+            params.append(_dumps(fields["output"]))
+        if fields.get("error") is not None:
+            sets.append("error = ?")
+            params.append(fields["error"])
+        if fields.get("provider") is not None:
+            sets.append("provider = ?")
+            params.append(fields["provider"])
+        if fields.get("target_run_id") is not None:
+            sets.append("target_run_id = ?")
+            params.append(fields["target_run_id"])
+        usage: Usage | None = fields.get("usage")
+        if usage is not None:
+            sets.append("input_tokens = ?, output_tokens = ?, cached_tokens = ?, cost = ?, attempts = 1")
+            params.extend((usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost))
+        if not sets:
+            return
+        await tx.write_sql(
+            f"UPDATE run_steps SET {', '.join(sets)} WHERE run_id = ? AND id = ?", (*params, run_id, step_id)
+        )
 
-
-async def update_step(
-    tx: Tx,
-    run_id: str,
-    step_id: str,
-    *,
-    status: str | None = None,
-    output: Any = None,
-    error: str | None = None,
-    completed_at: float | None = None,
-    usage: Usage | None = None,
-    provider: str | None = None,
-    target_run_id: str | None = None,
-) -> None:
-    """Update a step written by `record_step` inside `tx`: its status (a final status sets `completed_at`,
-    now unless given), output, error, the child run it points at, and — for a long-lived `prompt` step —
-    its provider and usage (the totals so far: they replace the stored ones). A no-op with records off."""
-    if RECORDS_MODULE not in tx.store.modules:
-        return
-    sets: list[str] = []
-    params: list[Any] = []
-    if status is not None:
-        sets.append("status = ?")
-        params.append(status)
-        if status != "running":
-            sets.append("completed_at = ?")
-            params.append(completed_at if completed_at is not None else time.time())
-    if output is not None:
-        sets.append("output_json = ?")
-        params.append(_dumps(output))
-    if error is not None:
-        sets.append("error = ?")
-        params.append(error)
-    if provider is not None:
-        sets.append("provider = ?")
-        params.append(provider)
-    if target_run_id is not None:
-        sets.append("target_run_id = ?")
-        params.append(target_run_id)
-    if usage is not None:
-        sets.append("input_tokens = ?, output_tokens = ?, cached_tokens = ?, cost = ?, attempts = 1")
-        params.extend((usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cost))
-    if not sets:
-        return
-    await tx.write_sql(
-        f"UPDATE run_steps SET {', '.join(sets)} WHERE run_id = ? AND id = ?", (*params, run_id, step_id)
-    )
-
-
-async def end_run(
-    tx: Tx,
-    run_id: str,
-    *,
-    status: str = "completed",
-    error: str | None = None,
-    final_message: str | None = None,
-) -> None:
-    """Close a run opened with `record_run` inside `tx`: its status, its totals summed from its prompt
-    steps, steps still running end with it; its tokens roll up to its ancestors. A no-op with records off."""
-    if status not in RUN_STATUSES:
-        raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
-    if RECORDS_MODULE not in tx.store.modules:
-        return
-    now = time.time()
-    if final_message is not None:
-        await tx.write_sql("UPDATE runs SET final_message = ? WHERE id = ?", (final_message, run_id))
-    await tx.write_sql(_SETTLE_RUN, (status, now, error, run_id, run_id))
-    await tx.write_sql(
-        "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
-        "WHERE run_id = ? AND status = 'running'",
-        ("completed" if status == "completed" else "failed", now, error, run_id),
-    )
-    await tx.write_sql(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
-
-
-async def record_guardrail(tx: Tx, run_id: str, name: str, error: str, *, detail: Any = None) -> str:
-    """Record a violated guardrail (a limit) as a failed `guardrail` step of `run_id`, inside `tx`; return the
-    step id. The orchestration layer calls this in the transaction that ends the run (e.g. from
-    `before_inference` via a transactional hook, or `settled_tx`)."""
-    return await record_step(
-        tx,
-        run_id,
-        "guardrail",
-        name,
-        status="failed",
-        target=name,
-        output={"violation": error, **({"detail": detail} if detail is not None else {})},
-        error=error,
-    )
+    async def end_run(
+        self, tx: Tx, run_id: str, *, status: str, error: str | None, final_message: str | None
+    ) -> None:
+        now = time.time()
+        if final_message is not None:
+            await tx.write_sql("UPDATE runs SET final_message = ? WHERE id = ?", (final_message, run_id))
+        await tx.write_sql(_SETTLE_RUN, (status, now, error, run_id, run_id))
+        await tx.write_sql(
+            "UPDATE run_steps SET status = ?, completed_at = ?, error = COALESCE(error, ?) "
+            "WHERE run_id = ? AND status = 'running'",
+            ("completed" if status == "completed" else "failed", now, error, run_id),
+        )
+        await tx.write_sql(_ROLL_UP, (run_id, run_id, run_id, run_id, run_id))
 
 
 @dataclass(slots=True)
@@ -545,7 +446,8 @@ class RunRecorder(Hooks):
         await tx.write_sql("DELETE FROM runs WHERE agent_id = ?", (ctx.agent_id,))
 
     # -- responses -------------------------------------------------------------------------------
-    async def block_tx(self, ctx: HookContext, block: Any) -> None:
+    async def block_tx(self, ctx: HookContext, info: BlockInfo) -> None:
+        block = info.block
         if ctx.tx is not None and ctx.run_id is not None and isinstance(block, Text) and block.text:
             await ctx.tx.write_sql("UPDATE runs SET final_message = ? WHERE id = ?", (block.text, ctx.run_id))
 
@@ -629,8 +531,8 @@ class RunRecorder(Hooks):
             )
 
     # -- tools -----------------------------------------------------------------------------------
-    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
-        tx, run_id = ctx.tx, ctx.run_id
+    async def tool_dispatched_tx(self, ctx: HookContext, info: ToolDispatchedInfo) -> None:
+        tx, run_id, calls = ctx.tx, ctx.run_id, info.calls
         if tx is None or run_id is None:
             return
         now = time.time()
@@ -649,7 +551,8 @@ class RunRecorder(Hooks):
             else:
                 await tx.write_sql(_INSERT_STEP, (sid, run_id, None, kind, run_id, call.name, *rest, run_id))
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        call, result = info.call, info.result
         if ctx.tx is None or call.id is None or ctx.run_id is None:
             return
         await ctx.tx.write_sql(
@@ -666,22 +569,21 @@ class RunRecorder(Hooks):
         )
 
     # -- held calls (approvals) ------------------------------------------------------------------
-    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+    async def awaiting_input_tx(self, ctx: HookContext, info: AwaitingInputInfo) -> None:
         """The waiting step: held calls' steps and their run show `awaiting_input` until decided."""
         if ctx.tx is None or ctx.run_id is None:
             return
-        for call in calls:
+        for call in info.calls:
             await ctx.tx.write_sql(
                 "UPDATE run_steps SET status = 'awaiting_input' WHERE run_id = ? AND id = ?",
                 (ctx.run_id, call.id),
             )
         await ctx.tx.write_sql("UPDATE runs SET status = 'awaiting_input' WHERE id = ?", (ctx.run_id,))
 
-    async def call_decided_tx(
-        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
-    ) -> None:
+    async def call_decided_tx(self, ctx: HookContext, info: CallDecidedInfo) -> None:
         if ctx.tx is None or ctx.run_id is None:
             return
+        call, decision = info.call, info.decision
         status = (
             "running" if decision == "approved" else ("cancelled" if decision == "cancelled" else "failed")
         )
@@ -696,13 +598,13 @@ class RunRecorder(Hooks):
         )
 
     # -- compaction (K1) -------------------------------------------------------------------------
-    async def compaction_tx(self, ctx: HookContext, compaction: CompactionInfo) -> None:
+    async def compaction_tx(self, ctx: HookContext, info: CompactionInfo) -> None:
         """A `compaction` step: tokens before and after, what was done; its `target_log_id` is the (last)
         summary request's prompt step, whose tokens and cost roll up like any other prompt's."""
         tx, run_id = ctx.tx, ctx.run_id
         if tx is None or run_id is None:
             return
-        c = compaction
+        c = info
         await record_step(
             tx,
             run_id,
@@ -728,12 +630,13 @@ class RunRecorder(Hooks):
         )
 
     # -- settlement ------------------------------------------------------------------------------
-    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: HookContext, info: SettledInfo) -> None:
         tx, run_id = ctx.tx, ctx.run_id
         if tx is None or run_id is None:
             return
         now = time.time()
-        status = (ctx.outcome or (Outcome.COMPLETED if error is None else Outcome.FAILED)).value
+        error = info.error
+        status = info.outcome.value
         await tx.write_sql(_SETTLE_RUN, (status, now, error, run_id, run_id))
         # steps still open (calls cut off by an abort) end with the run
         await tx.write_sql(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import time
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +31,25 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from stead.core.events import Event, Settled, ToolFinished, ToolStarted
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
-from stead.core.outcome import Outcome
-from stead.messages import Text, ToolCall, ToolResult
-from stead.observability.records import parent_link
-from stead.providers.base import Done
+from stead.extend import (
+    BlockInfo,
+    Done,
+    Event,
+    HookContext,
+    Hooks,
+    Outcome,
+    ResponseInfo,
+    Settled,
+    SettledInfo,
+    Text,
+    ToolCall,
+    ToolDispatchedInfo,
+    ToolFinished,
+    ToolResult,
+    ToolResultInfo,
+    ToolStarted,
+    parent_link,
+)
 
 __all__ = ["TracingHooks", "traceparent_for_call"]
 
@@ -245,7 +257,8 @@ class TracingHooks(Hooks):
             self._inference_start.setdefault(ctx.inference_id, time.time_ns())
         return None
 
-    async def block_tx(self, ctx: HookContext, block: Any) -> None:
+    async def block_tx(self, ctx: HookContext, info: BlockInfo) -> None:
+        block = info.block
         if self.capture_content and ctx.tx is not None and isinstance(block, Text) and ctx.inference_id:
             inf = ctx.inference_id
             ctx.tx.after_commit(lambda: self._output.setdefault(inf, []).append(block.text))
@@ -313,11 +326,11 @@ class TracingHooks(Hooks):
         span.end(end_time=_ns(info.ended_at))
 
     # -- tools -----------------------------------------------------------------------------------
-    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+    async def tool_dispatched_tx(self, ctx: HookContext, info: ToolDispatchedInfo) -> None:
         if ctx.tx is None or ctx.run_id is None:
             return
         run_id, turn_id, at = ctx.run_id, ctx.turn_id, time.time_ns()
-        batch = [c for c in calls if c.id]
+        batch = [c for c in info.calls if c.id]
 
         def published() -> None:
             for c in batch:
@@ -334,7 +347,8 @@ class TracingHooks(Hooks):
         if run_id is not None:
             self._dispatched[call.id] = _Dispatched(run_id, call, None, time.time_ns(), here=False)
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        call = info.call
         # resumed calls that never start (in doubt) still get a span, ended on ToolFinished
         if call.id is not None and call.id not in self._dispatched and ctx.tx is not None:
             agent_id = ctx.agent_id
@@ -417,6 +431,6 @@ class TracingHooks(Hooks):
         run.span.end()
 
     # -- settlement ------------------------------------------------------------------------------
-    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: HookContext, info: SettledInfo) -> None:
         if ctx.tx is not None and ctx.run_id is not None:
             await ctx.tx.execute("DELETE FROM stead_trace_runs WHERE run_id = ?", (ctx.run_id,))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from stead._changes import CHANGES_KEY, RuntimeChange, applicable, effective, propagate
+from stead.extend import CHANGES_KEY, RuntimeChange
+from stead.orchestration._changes import applicable, effective, propagate
 from stead.orchestration._hooks import GUARD_KEY, OrchestrationHooks
 from stead.orchestration._orchestrator import (
     DEFAULT_MAX_CONCURRENT_DELEGATIONS,
@@ -21,7 +22,7 @@ from stead.orchestration._orchestrator import (
 from stead.orchestration._plugin import OrchestrationPlugin
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
 __all__ = [
     "CHANGES_KEY",

@@ -10,48 +10,25 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import jinja2.meta
 
-from stead.core.config import AgentConfig
-from stead.core.hooks import HookContext
-from stead.definitions._schema import AgentDefinition
-from stead.definitions._template import render_instructions
-from stead.flows._builtins import BUILTIN_TOOLS, PER_RUN_VARIABLES
-from stead.flows._engine import PROMPT_TOOL
-from stead.flows._paths import Pattern
-from stead.flows._pipeline import OPT_OUT_KEY, PIPELINE_TOOL
+from stead.definitions import AgentDefinition, render_instructions
+from stead.extend import AgentConfig, HookContext, Tool
+from stead.flows import (
+    BUILTIN_TOOLS,
+    OPT_OUT_KEY,
+    PER_RUN_VARIABLES,
+    PIPELINE_TOOL,
+    PROMPT_TOOL,
+    Pattern,
+    payload_rules_of,
+)
 from stead.orchestration._keys import X_DATA, X_DEFINITION, base_lists
-from stead.tools._tool import Tool
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
-__all__ = ["DefinitionsEnv", "flow_key", "has_prompt", "payload_rules_of"]
+__all__ = ["DefinitionsEnv"]
 
 _PARSER = jinja2.Environment()
-
-
-def payload_rules_of(definition: AgentDefinition | None) -> tuple[list[Pattern] | None, list[Pattern] | None]:
-    """A definition's (read, write) payload patterns (None: unrestricted)."""
-    rules = definition.payload if definition is not None else None
-    if rules is None:
-        return None, None
-    return rules._read, rules._write
-
-
-def flow_key(name: str) -> str:
-    """The provider name of a flow definition's engine."""
-    return f"flow/{name}"
-
-
-def has_prompt(definition: AgentDefinition) -> bool:
-    def body_has(step: Any) -> bool:
-        return step.prompt is not None
-
-    for s in definition.steps:
-        if body_has(s) or (s.for_each is not None and body_has(s.for_each.do)):
-            return True
-        if s.while_ is not None and body_has(s.while_.do):
-            return True
-    return False
 
 
 TemplateContext = Callable[[AgentDefinition, Sequence[str], Sequence[str], Any], dict[str, Any]]

@@ -19,20 +19,31 @@ are on.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from stead._changes import CHANGES_KEY, decode_changes, effective
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
-from stead.extend import record_step
-from stead.messages import ToolCall, ToolResult, dumps
+from stead.extend import (
+    CHANGES_KEY,
+    BeforeToolCallInfo,
+    HookContext,
+    Hooks,
+    OfferedToolsInfo,
+    ResponseInfo,
+    SettledInfo,
+    ToolDispatchedInfo,
+    ToolResult,
+    ToolResultInfo,
+    Tx,
+    decode_changes,
+    dumps,
+    record_step,
+)
+from stead.orchestration._changes import effective
 from stead.orchestration._keys import X_DEFINITION, X_LIMITS, base_lists, chain_of
 from stead.orchestration._orchestrator import RUN_CHANGES_KEY
-from stead.store.base import Tx
 
 if TYPE_CHECKING:
-    from stead.core.config import AgentConfig
-    from stead.system import AgentSystem
+    from stead.extend import AgentConfig, AgentSystem
 
 __all__ = ["GUARD_KEY", "OrchestrationHooks"]
 
@@ -93,10 +104,10 @@ class OrchestrationHooks(Hooks):
         known = self._system.tools
         self._views[run_id] = [t for t in [*tools, *subs] if t in known]
 
-    def offered_tools(self, ctx: HookContext, tools: list[str]) -> list[str]:
+    def offered_tools(self, ctx: HookContext, info: OfferedToolsInfo) -> list[str]:
         if ctx.run_id is None:
-            return tools
-        return self._views.get(ctx.run_id, tools)
+            return info.tools
+        return self._views.get(ctx.run_id, info.tools)
 
     # ------------------------------------------------------------------ transactional hooks
     async def activated_tx(self, ctx: HookContext) -> None:
@@ -133,7 +144,7 @@ class OrchestrationHooks(Hooks):
                 state["cost"] = float(state.get("cost", 0.0)) + info.usage.cost
         await ctx.tx.write(ctx.agent_id, GUARD_KEY, dumps(state))
 
-    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
+    async def tool_dispatched_tx(self, ctx: HookContext, info: ToolDispatchedInfo) -> None:
         limits = self._limits(ctx)
         if ctx.tx is None or limits is None:
             return
@@ -143,7 +154,7 @@ class OrchestrationHooks(Hooks):
         state = await self._guard(ctx)
         counts: dict[str, int] = dict(state.get("calls") or {})
         refused: dict[str, str] = dict(state.get("refused") or {})
-        for call in calls:
+        for call in info.calls:
             counts[call.name] = counts.get(call.name, 0) + 1
             cap = max_calls.get(call.name)
             if cap is not None and counts[call.name] > int(cap) and call.id is not None:
@@ -151,14 +162,16 @@ class OrchestrationHooks(Hooks):
         state["calls"], state["refused"] = counts, refused
         await ctx.tx.write(ctx.agent_id, GUARD_KEY, dumps(state))
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        call = info.call
         refused = self._refused.pop(call.id or "", None)
         if refused is not None and ctx.tx is not None and ctx.run_id is not None and self._records():
             await _record_violation(ctx.tx, ctx.run_id, refused[0], refused[1], detail={"call_id": call.id})
 
-    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: HookContext, info: SettledInfo) -> None:
         if ctx.run_id is None:
             return
+        error = info.error
         if ctx.tx is not None:
             run_id = ctx.run_id
             ctx.tx.after_commit(lambda: self._views.pop(run_id, None))
@@ -178,7 +191,8 @@ class OrchestrationHooks(Hooks):
         self._violations[ctx.run_id] = found
         return found[1]
 
-    async def before_tool_call(self, ctx: HookContext, call: ToolCall) -> ToolResult | None:
+    async def before_tool_call(self, ctx: HookContext, info: BeforeToolCallInfo) -> ToolResult | None:
+        call = info.call
         limits = self._limits(ctx)
         if limits is None or not limits.get("max_calls") or call.id is None:
             return None

@@ -3,7 +3,7 @@ orchestrator, its hooks and the flow support, so none imports another for it).""
 
 from __future__ import annotations
 
-from stead.core.config import AgentConfig
+from stead.extend import AgentConfig
 
 __all__ = [
     "PARENT_KEY",

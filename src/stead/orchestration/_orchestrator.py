@@ -23,24 +23,51 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stead._changes import CHANGES_KEY, RuntimeChange, decode_changes, effective, propagate
-from stead._ids import new_id
-from stead._plugin import STEP_TYPE_KEY, TraceContextSource
-from stead.core.outcome import Outcome
-from stead.core.records import PAYLOAD, PAYLOAD_METADATA
-from stead.core.results import RunResult
-from stead.definitions._registry import Registry
-from stead.definitions._schema import AgentDefinition
-from stead.definitions._template import render_instructions
-from stead.errors import AgentNotFound, Closed, ConfigurationError, InvalidInput
-from stead.flows._builtins import BUILTIN_TOOLS, BUILTINS_KEY, Builtins
-from stead.flows._engine import PROMPT_TOOL, FlowEngine
-from stead.flows._loader import compile_flow
-from stead.flows._paths import Pattern, allowed, diff, filter_payload
-from stead.flows._provider import FLOW_KEY, INPUT_METADATA, FlowProvider, FlowRuntime, prompt_tool
-from stead.flows._scratchpad import empty as empty_scratchpad
-from stead.flows._scratchpad import view as scratchpad_view
-from stead.orchestration._flow_support import DefinitionsEnv, flow_key, has_prompt, payload_rules_of
+from stead.definitions import AgentDefinition, Registry, render_instructions
+from stead.extend import (
+    CHANGES_KEY,
+    STEP_TYPE_KEY,
+    AgentNotFound,
+    Closed,
+    ConfigurationError,
+    InvalidInput,
+    Outcome,
+    Provider,
+    RunResult,
+    RuntimeChange,
+    Tool,
+    ToolContext,
+    TraceContextSource,
+    decode_changes,
+    new_id,
+    tool,
+)
+from stead.extend import PAYLOAD_METADATA_KEY as PAYLOAD_METADATA
+from stead.extend import RUN_PAYLOAD_KEY as PAYLOAD
+from stead.flows import (
+    BUILTIN_TOOLS,
+    BUILTINS_KEY,
+    FLOW_KEY,
+    INPUT_METADATA,
+    PROMPT_TOOL,
+    Builtins,
+    FlowEngine,
+    FlowProvider,
+    FlowRuntime,
+    Pattern,
+    compile_flow,
+    empty_scratchpad,
+    filter_payload,
+    flow_key,
+    has_prompt,
+    payload_rules_of,
+    prompt_tool,
+    scratchpad_view,
+)
+from stead.flows import payload_change_allowed as allowed
+from stead.flows import payload_diff as diff
+from stead.orchestration._changes import effective, propagate
+from stead.orchestration._flow_support import DefinitionsEnv
 from stead.orchestration._keys import (
     PARENT_KEY,
     X_CHAIN,
@@ -54,13 +81,9 @@ from stead.orchestration._keys import (
     X_TOOLS,
     chain_of,
 )
-from stead.providers.base import Provider
-from stead.tools._tool import Tool, tool
-from stead.tools.context import ToolContext
 
 if TYPE_CHECKING:
-    from stead.agent import Agent
-    from stead.system import AgentSystem
+    from stead.extend import Agent, AgentSystem
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_DELEGATIONS",

@@ -13,21 +13,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from stead._changes import CHANGES_KEY, RuntimeChange
-from stead._plugin import IncomingMessage
-from stead.core.hooks import Hooks
-from stead.definitions._registry import Registry
-from stead.errors import InvalidInput
-from stead.flows._hooks import FlowHooks
+from stead.definitions import Registry
+from stead.extend import (
+    CHANGES_KEY,
+    AgentSystem,
+    Hooks,
+    IncomingMessage,
+    InvalidInput,
+    Plugin,
+    Provider,
+    RuntimeChange,
+    Tool,
+)
+from stead.flows import FlowHooks
 from stead.orchestration._hooks import OrchestrationHooks
 from stead.orchestration._orchestrator import (
     DEFAULT_MAX_CONCURRENT_DELEGATIONS,
     DEFAULT_MAX_DELEGATION_DEPTH,
     Orchestrator,
 )
-from stead.providers.base import Provider
-from stead.system import AgentSystem, Plugin
-from stead.tools._tool import Tool
 
 __all__ = ["OrchestrationPlugin"]
 

@@ -9,7 +9,7 @@ add one automatically); `DEFAULT_TABLE` the mode table; `Rules` allow / ask / de
 pure verdict for one call.
 """
 
+from stead.policy._modes import DEFAULT_TABLE, Rules, Verdict, decide
 from stead.policy._plugin import PERMISSIONS_KEY, PolicyPlugin
-from stead.policy._table import DEFAULT_TABLE, Rules, Verdict, decide
 
 __all__ = ["DEFAULT_TABLE", "PERMISSIONS_KEY", "PolicyPlugin", "Rules", "Verdict", "decide"]

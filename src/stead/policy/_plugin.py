@@ -1,7 +1,7 @@
 """`PolicyPlugin`: the permission-mode policy the kernel enforces, and durable human approvals.
 
 At dispatch (inside the batch's own transaction, T1) its `gate_call_tx` hook asks the policy table
-(`stead.policy._table`) about every call, with the permission mode the consuming turn made effective:
+(`stead.policy._modes`) about every call, with the permission mode the consuming turn made effective:
 `run` lets the call run; `deny` refuses it (the error result names the mode, committed in call order, the
 call never runs); `ask` writes an `approvals` row in that same transaction and holds the call
 (`stead.core.gate`), so a request exists exactly when its held call does — a crash can lose neither alone.
@@ -30,20 +30,29 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from stead._approvals import Approval, ApprovalStatus, Decision
-from stead._ids import new_id
-from stead._plugin import Migrations
-from stead.core.config import PERMISSION_MODES
-from stead.core.gate import Gate
-from stead.core.hooks import HookContext, Hooks
-from stead.errors import ConfigurationError, InvalidInput, NotFound
-from stead.messages import ToolCall
-from stead.observability.records import parent_link
+from stead.extend import (
+    PERMISSION_MODES,
+    AgentSystem,
+    Approval,
+    ApprovalStatus,
+    CallDecidedInfo,
+    ConfigurationError,
+    Decision,
+    Gate,
+    GateCallInfo,
+    HookContext,
+    Hooks,
+    InvalidInput,
+    Migrations,
+    NotFound,
+    Plugin,
+    ToolArgumentError,
+    Tx,
+    new_id,
+    parent_link,
+)
 from stead.policy import _sql as Q
-from stead.policy._table import DEFAULT_TABLE, Cell, Rules, check_table, decide, rules_from
-from stead.store.base import Tx
-from stead.system import AgentSystem, Plugin
-from stead.tools._tool import Tool, ToolArgumentError
+from stead.policy._modes import DEFAULT_TABLE, Cell, Rules, check_table, decide, rules_from
 
 __all__ = ["PERMISSIONS_KEY", "ROOT_KEY", "PolicyPlugin"]
 
@@ -145,7 +154,8 @@ class PolicyPlugin(Plugin):
         """The rules that apply to an agent: the system's plus its own."""
         return self.rules + rules_from(extra.get(PERMISSIONS_KEY))
 
-    async def gate_call_tx(self, ctx: HookContext, call: ToolCall, tool: Tool | None) -> Gate | None:
+    async def gate_call_tx(self, ctx: HookContext, info: GateCallInfo) -> Gate | None:
+        call, tool = info.call, info.tool
         if tool is None or ctx.tx is None or call.id is None:
             return None  # not offered: the kernel answers it (T6)
         mode = ctx.permission_mode
@@ -200,15 +210,14 @@ class PolicyPlugin(Plugin):
                 root = json.loads(parents_root)
         await ctx.tx.write(ctx.agent_id, ROOT_KEY, json.dumps(root))
 
-    async def call_decided_tx(
-        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
-    ) -> None:
+    async def call_decided_tx(self, ctx: HookContext, info: CallDecidedInfo) -> None:
         """The kernel decided a held call (a steered message, an abort), or this plugin did (then the row
         is no longer pending and nothing changes)."""
+        call, decision = info.call, info.decision
         if ctx.tx is None or call.id is None:
             return
         status = decision if decision in ("approved", "rejected", "expired", "cancelled") else "rejected"
-        await ctx.tx.execute(Q.DECIDE_CALL, (status, note, KERNEL, self.clock(), call.id))
+        await ctx.tx.execute(Q.DECIDE_CALL, (status, info.note, KERNEL, self.clock(), call.id))
 
     # ------------------------------------------------------------------ reading (ApprovalSource)
     async def approvals(
@@ -234,6 +243,11 @@ class PolicyPlugin(Plugin):
         if found is None:
             raise NotFound(f"no approval with id {approval_id!r}")
         return found
+
+    async def approval_for_call(self, call_id: str) -> Approval | None:
+        async with self.system.store.transaction() as tx:
+            rows = await tx.fetch(Q.SELECT + " WHERE call_id = ?", (call_id,))
+        return _approval(rows[0]) if rows else None
 
     async def _read(self, tx: Tx, approval_id: str) -> Approval | None:
         rows = await tx.fetch(Q.SELECT + " WHERE id = ?", (approval_id,))
@@ -349,8 +363,8 @@ class _PolicyHooks(Hooks):
     def __init__(self, plugin: PolicyPlugin) -> None:
         self.plugin = plugin
 
-    async def gate_call_tx(self, ctx: HookContext, call: ToolCall, tool: Tool | None) -> Gate | None:
-        return await self.plugin.gate_call_tx(ctx, call, tool)
+    async def gate_call_tx(self, ctx: HookContext, info: GateCallInfo) -> Gate | None:
+        return await self.plugin.gate_call_tx(ctx, info)
 
     async def activated_tx(self, ctx: HookContext) -> None:
         await self.plugin.activated_tx(ctx)
@@ -360,7 +374,5 @@ class _PolicyHooks(Hooks):
         if ctx.tx is not None:
             await ctx.tx.write_sql("DELETE FROM approvals WHERE agent_id = ?", (ctx.agent_id,))
 
-    async def call_decided_tx(
-        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
-    ) -> None:
-        await self.plugin.call_decided_tx(ctx, call, decision, note)
+    async def call_decided_tx(self, ctx: HookContext, info: CallDecidedInfo) -> None:
+        await self.plugin.call_decided_tx(ctx, info)

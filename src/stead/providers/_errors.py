@@ -17,7 +17,7 @@ import importlib
 import ipaddress
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,9 +25,12 @@ from stead.errors import CONTEXT_TOO_LONG as _CONTEXT_RE
 from stead.errors import ProviderError
 
 __all__ = [
+    "ErrorMap",
     "connection_failed",
     "from_exception",
+    "open_stream",
     "parse_retry_after",
+    "read_stream",
     "status_error",
     "stream_ended",
 ]
@@ -44,6 +47,44 @@ _FATAL_TYPES = frozenset(
         "invalid_api_key",
     }
 )
+
+
+ErrorMap = Callable[[BaseException], ProviderError | None]
+"""A driver's `from_exception` for its SDK: the ProviderError an exception means (None: not the SDK's)."""
+
+
+def _raise_mapped(exc: Exception, error: ErrorMap) -> None:
+    mapped = error(exc)
+    if mapped is not None:
+        raise mapped from exc
+
+
+async def open_stream(request: Awaitable[Any], error: ErrorMap) -> Any:
+    """The SDK's stream response to `request`; an SDK exception raised as the ProviderError it means."""
+    try:
+        return await request
+    except Exception as exc:
+        _raise_mapped(exc, error)
+        raise
+
+
+async def read_stream(response: Any, error: ErrorMap) -> AsyncGenerator[Any, None]:
+    """Each raw event of an SDK stream response; an SDK exception while reading is raised as the ProviderError
+    it means (only the reading: what the caller does with an event is not mapped). The response is closed
+    however the reading ends: close this iterator deterministically (`contextlib.aclosing`)."""
+    try:
+        events = response.__aiter__()
+        while True:
+            try:
+                event = await events.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                _raise_mapped(exc, error)
+                raise
+            yield event
+    finally:
+        await response.close()
 
 
 def stream_ended(vendor: str) -> ProviderError:

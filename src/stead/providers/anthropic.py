@@ -13,6 +13,7 @@ accepted and the prompt cache still matches. The SDK's own retries are off (`max
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -198,34 +199,18 @@ class AnthropicProvider:
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         client = self._clients.get()
         body, extra = self._body(request)
-        try:
-            response: Any = await client.messages.create(**body, extra_body=extra or None)
-        except Exception as exc:
-            mapped = self._error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+        response: Any = await _errors.open_stream(
+            client.messages.create(**body, extra_body=extra or None), self._error
+        )
         output: tuple[str, bool] | None = None
         if request.output_schema is not None:
             spec, wrapped = anthropic_output_tool(request, [t.name for t in request.tools])
             output = (spec["name"], wrapped)
         state = _StreamState(self.prices, output)
-        try:
-            raw_events = response.__aiter__()
-            while True:
-                try:
-                    raw = await raw_events.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    mapped = self._error(exc)
-                    if mapped is None:
-                        raise
-                    raise mapped from exc
+        async with contextlib.aclosing(_errors.read_stream(response, self._error)) as raw_events:
+            async for raw in raw_events:
                 for event in state.feed(raw):
                     yield event
-        finally:
-            await response.close()
         if not state.stopped:
             raise _errors.stream_ended(self.name)
         for event in state.end():

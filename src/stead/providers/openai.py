@@ -15,6 +15,7 @@ raises a retryable ProviderError.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -147,30 +148,14 @@ class OpenAIProvider:
     async def stream(self, request: ProviderRequest) -> AsyncIterator[StreamEvent]:
         client = self._clients.get()
         body, extra = self._body(request)
-        try:
-            response: Any = await client.chat.completions.create(**body, extra_body=extra or None)
-        except Exception as exc:
-            mapped = self._error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+        response: Any = await _errors.open_stream(
+            client.chat.completions.create(**body, extra_body=extra or None), self._error
+        )
         state = _StreamState(self.prices)
-        try:
-            chunks = response.__aiter__()
-            while True:
-                try:
-                    chunk = await chunks.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    mapped = self._error(exc)
-                    if mapped is None:
-                        raise
-                    raise mapped from exc
+        async with contextlib.aclosing(_errors.read_stream(response, self._error)) as chunks:
+            async for chunk in chunks:
                 for event in state.feed(chunk):
                     yield event
-        finally:
-            await response.close()
         if state.finish is None:
             raise _errors.stream_ended(self.name)
         for event in state.end():

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from stead.core.tokens import estimate_messages, estimate_text, estimate_tools
+from stead._tokens import estimate_messages, estimate_text, estimate_tools
 from stead.errors import ProviderError
 from stead.messages import Block, Reasoning, Text, ToolCall, Usage
 from stead.providers.base import (
@@ -37,7 +37,7 @@ class ScriptedResponse:
 
     - `blocks` are streamed in order; text and reasoning as deltas of `chunk` characters, then `BlockEnd`.
     - `usage` is reported before `Done` (default: input tokens estimated from the request — instructions,
-      tools and messages, as `stead.core.tokens` estimates them — and output tokens from the blocks' text
+      tools and messages, as `stead._tokens` estimates them — and output tokens from the blocks' text
       lengths).
     - `delay` seconds pass before the first event (`delay_between` between events).
     - `error` raises a `ProviderError` after `end_after` events (or immediately), `retryable` as given.
@@ -108,7 +108,7 @@ class ScriptedProvider:
 
 
 def request_tokens(request: ProviderRequest) -> int:
-    """The request's input tokens as stead estimates them (`stead.core.tokens`): instructions, tool specs
+    """The request's input tokens as stead estimates them (`stead._tokens`): instructions, tool specs
     and messages — what a scripted response reports by default, so a growing conversation reports growing
     usage (and automatic compaction triggers in tests as it would against a server)."""
     return (

@@ -33,7 +33,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,8 +44,11 @@ from stead.providers.base import ProviderRequest
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 
 __all__ = [
+    "ScriptedFileOf",
     "ScriptedModelFile",
+    "ScriptedReply",
     "ScriptedRule",
+    "ScriptedRuleOf",
     "ScriptedStep",
     "ScriptedToolCall",
     "ScriptedWhen",
@@ -65,31 +68,51 @@ class ScriptedToolCall(_Strict):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class ScriptedStep(_Strict):
-    """One scripted response."""
+class ScriptedReply(_Strict):
+    """What every scripted response may hold: text, one tool call or several, and how it is paced. The schema
+    shared by scripted model files (`ScriptedStep`) and scripted realtime scripts (`stead.realtime`'s
+    text-duplex driver), each of which adds its own fields."""
 
     text: str | None = None
-    reasoning: str | None = None
     tool_call: ScriptedToolCall | None = None
     tool_calls: list[ScriptedToolCall] | None = Field(default=None, min_length=1)
-    error: str | None = None
-    retryable: bool = False
     chunk: int | None = Field(default=None, ge=0)
     delay: float | None = Field(default=None, ge=0)
     delay_between: float | None = Field(default=None, ge=0)
 
+    ALONE: ClassVar[str] = ""
+    """The field that makes a response without text or calls (`error`, `fatal`), named when none is given."""
+
+    def stands_alone(self) -> bool:
+        """Whether `ALONE` is set (a response then needs no text and no calls)."""
+        return False
+
     @pydantic.model_validator(mode="after")
-    def _one_kind(self) -> ScriptedStep:
+    def _one_kind(self) -> ScriptedReply:
         if self.tool_call is not None and self.tool_calls is not None:
             raise ValueError("use either tool_call or tool_calls, not both")
-        if self.error is None and self.text is None and self.tool_call is None and self.tool_calls is None:
-            raise ValueError("a response needs text, tool_call, tool_calls or error")
+        empty = self.text is None and self.tool_call is None and self.tool_calls is None
+        if empty and not self.stands_alone():
+            raise ValueError(f"a response needs text, tool_call, tool_calls or {self.ALONE}")
         return self
 
     def calls(self) -> list[ScriptedToolCall]:
         if self.tool_call is not None:
             return [self.tool_call]
         return list(self.tool_calls or [])
+
+
+class ScriptedStep(ScriptedReply):
+    """One scripted response of a scripted model file."""
+
+    reasoning: str | None = None
+    error: str | None = None
+    retryable: bool = False
+
+    ALONE: ClassVar[str] = "error"
+
+    def stands_alone(self) -> bool:
+        return self.error is not None
 
 
 class ScriptedWhen(_Strict):
@@ -119,20 +142,37 @@ class ScriptedWhen(_Strict):
         return not (self.user_matches is not None and re.search(self.user_matches, user) is None)
 
 
-class ScriptedRule(_Strict):
+StepT = TypeVar("StepT", bound=ScriptedReply)
+
+
+class ScriptedRuleOf(_Strict, Generic[StepT]):
+    """A rule: when it applies, and its responses in order (of a scripted model file, or of another script
+    built on the same schema)."""
+
     when: ScriptedWhen | None = None
-    responses: list[ScriptedStep] = Field(min_length=1)
+    responses: list[StepT] = Field(min_length=1)
 
 
-class ScriptedModelFile(_Strict):
-    """A scripted model file (see the module docstring)."""
+class ScriptedRule(ScriptedRuleOf[ScriptedStep]):
+    """A rule of a scripted model file."""
+
+
+RuleT = TypeVar("RuleT", bound=ScriptedRuleOf[Any])
+
+
+class ScriptedFileOf(_Strict, Generic[RuleT]):
+    """A script file: `scripted: true`, the file-wide pacing, its rules (see the module docstring)."""
 
     scripted: Literal[True]
     description: str | None = None
     chunk: int = Field(default=0, ge=0)
     delay: float = Field(default=0.0, ge=0)
     delay_between: float = Field(default=0.0, ge=0)
-    rules: list[ScriptedRule] = Field(min_length=1)
+    rules: list[RuleT] = Field(min_length=1)
+
+
+class ScriptedModelFile(ScriptedFileOf[ScriptedRule]):
+    """A scripted model file (see the module docstring)."""
 
 
 def _position(request: ProviderRequest) -> tuple[str, int, str]:

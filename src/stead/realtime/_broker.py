@@ -24,16 +24,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stead._ids import new_id
-from stead.agent import Agent
-from stead.core.outcome import Outcome
-from stead.errors import Closed, ConfigurationError, RunNotFound, SteadError
-from stead.extend import record_step, update_step
+from stead.extend import (
+    Agent,
+    Closed,
+    ConfigurationError,
+    Outcome,
+    RunNotFound,
+    SteadError,
+    new_id,
+    record_step,
+    update_step,
+)
 from stead.realtime._store import DELEGATION_COLS
 
 if TYPE_CHECKING:
+    from stead.extend import AgentSystem
     from stead.orchestration import Orchestrator
-    from stead.system import AgentSystem
 
 __all__ = ["STARTED_NOTE", "Broker", "Delegation"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pydantic
 
 from stead.definitions import AgentDefinition, RealtimeSettings
-from stead.errors import InvalidInput
+from stead.extend import InvalidInput
 
 __all__ = ["deep_merge", "effective_settings"]
 

@@ -34,15 +34,16 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field
-
-from stead._ids import new_id
-from stead._yaml import load_yaml_model
-from stead.errors import InvalidInput
-from stead.providers.scripted_file import ScriptedToolCall, ScriptedWhen
+from stead.extend import (
+    InvalidInput,
+    ScriptedFileOf,
+    ScriptedReply,
+    ScriptedRuleOf,
+    load_yaml_model,
+    new_id,
+)
 from stead.realtime._protocol import (
     CANCEL_NOT_ACTIVE,
     COLLISION,
@@ -60,50 +61,26 @@ from stead.realtime._protocol import (
 __all__ = ["DuplexScript", "TextDuplexDriver", "load_duplex_script"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DuplexStep(ScriptedReply):
+    """One scripted response (the scripted model files' schema, `ScriptedReply`, and `fatal`)."""
 
-
-class DuplexStep(_Strict):
-    """One scripted response."""
-
-    text: str | None = None
-    tool_call: ScriptedToolCall | None = None
-    tool_calls: list[ScriptedToolCall] | None = Field(default=None, min_length=1)
     fatal: bool = False
     """Drop the connection instead of answering (a fatal error)."""
-    delay: float | None = Field(default=None, ge=0)
-    delay_between: float | None = Field(default=None, ge=0)
-    chunk: int | None = Field(default=None, ge=0)
 
-    @pydantic.model_validator(mode="after")
-    def _one_kind(self) -> DuplexStep:
-        if self.tool_call is not None and self.tool_calls is not None:
-            raise ValueError("use either tool_call or tool_calls, not both")
-        if not self.fatal and self.text is None and self.tool_call is None and self.tool_calls is None:
-            raise ValueError("a response needs text, tool_call, tool_calls or fatal")
-        return self
+    ALONE: ClassVar[str] = "fatal"
 
-    def calls(self) -> list[ScriptedToolCall]:
-        if self.tool_call is not None:
-            return [self.tool_call]
-        return list(self.tool_calls or [])
+    def stands_alone(self) -> bool:
+        return self.fatal
 
 
-class DuplexRule(_Strict):
-    when: ScriptedWhen | None = None
-    responses: list[DuplexStep] = Field(min_length=1)
+class DuplexRule(ScriptedRuleOf[DuplexStep]):
+    """A rule of a text-duplex script."""
 
 
-class DuplexScript(_Strict):
-    """A scripted realtime model file (see the module docstring)."""
+class DuplexScript(ScriptedFileOf[DuplexRule]):
+    """A scripted realtime model file (see the module docstring): a scripted model file's schema, and what
+    is spoken of a delegation's result, a progress digest and after a reconnect."""
 
-    scripted: Literal[True]
-    description: str | None = None
-    chunk: int = Field(default=0, ge=0)
-    delay: float = Field(default=0.0, ge=0)
-    delay_between: float = Field(default=0.0, ge=0)
-    rules: list[DuplexRule] = Field(min_length=1)
     result: str = "Here is the result: {result}"
     update: str = "An update: {update}"
     note: str = ""

@@ -22,8 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stead.errors import ConfigurationError
-from stead.providers.catalog import Route, load_catalog, parse_model
+from stead.extend import ConfigurationError, Route, load_catalog, parse_model
 from stead.realtime._clock import Clock
 from stead.realtime._duplex import TextDuplexDriver, load_duplex_script
 from stead.realtime._openai import OpenAIRealtimeDriver

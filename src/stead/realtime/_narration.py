@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stead._runs import Run
-from stead.definitions._schema import NarrationSettings
+from stead.definitions import NarrationSettings
+from stead.extend import Run
 
 __all__ = ["Narrator", "progress_items"]
 

@@ -32,9 +32,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
-from stead._ids import new_id
-from stead.errors import ConfigurationError
-from stead.providers.catalog import Prices
+from stead.extend import ConfigurationError, Prices, new_id
 from stead.realtime._protocol import (
     AudioDelta,
     ModelError,

@@ -18,10 +18,19 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stead._ids import new_id
 from stead.definitions import AgentDefinition, Registry, load_registry, render_instructions
-from stead.errors import ConfigurationError, InvalidInput
-from stead.extend import HookContext, Hooks, Migrations, Plugin, end_run, record_run, record_step
+from stead.extend import (
+    ConfigurationError,
+    HookContext,
+    Hooks,
+    InvalidInput,
+    Migrations,
+    Plugin,
+    end_run,
+    new_id,
+    record_run,
+    record_step,
+)
 from stead.orchestration import Orchestrator, orchestrator_of
 from stead.realtime._broker import Broker, Delegation
 from stead.realtime._clock import Clock, SystemClock
@@ -32,7 +41,7 @@ from stead.realtime._session import INVOKE, RealtimeSession, _Identity, tool_spe
 from stead.realtime._store import DELEGATION_COLS, MIGRATIONS
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
 __all__ = ["RealtimePlugin"]
 

@@ -17,8 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-from stead.messages import Usage
-from stead.providers.base import ToolSpec
+from stead.extend import ToolSpec, Usage
 
 __all__ = [
     "CANCEL_NOT_ACTIVE",

@@ -25,10 +25,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stead._ids import new_id
 from stead.definitions import AgentDefinition, RealtimeSettings
-from stead.extend import end_run, record_step, update_step
-from stead.providers.base import ToolSpec
+from stead.extend import (
+    CallKV,
+    Tool,
+    ToolContext,
+    ToolSpec,
+    end_run,
+    new_id,
+    record_step,
+    render_output,
+    update_step,
+)
 from stead.realtime._broker import STARTED_NOTE, Broker, Delegation
 from stead.realtime._clock import Clock
 from stead.realtime._models import RealtimeChoice
@@ -50,11 +58,9 @@ from stead.realtime._protocol import (
 from stead.realtime._sequencer import ResponseSequencer, Speech
 from stead.realtime._transcripts import TranscriptWriter
 from stead.realtime._usage import UsageMeter
-from stead.tools._tool import Tool, render_output
-from stead.tools.context import CallKV, ToolContext
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
 __all__ = ["INVOKE", "RealtimeEvent", "RealtimeSession"]
 
@@ -221,7 +227,7 @@ class RealtimeSession:
 
     def _check_open(self) -> None:
         if self._closing:
-            from stead.errors import Closed
+            from stead.extend import Closed
 
             raise Closed(f"realtime session {self._id} is closed")
 
@@ -282,7 +288,7 @@ class RealtimeSession:
         barge-in."""
         self._check_open()
         if not text.strip():
-            from stead.errors import InvalidInput
+            from stead.extend import InvalidInput
 
             raise InvalidInput("text is empty")
         if self.sequencer.active is not None:

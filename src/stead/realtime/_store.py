@@ -14,7 +14,7 @@ differ only in column types.
 
 from __future__ import annotations
 
-from stead._plugin import Migrations
+from stead.extend import Migrations
 
 __all__ = ["MIGRATIONS", "MODULE"]
 

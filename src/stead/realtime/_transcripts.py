@@ -16,8 +16,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from stead.extend import Store
 from stead.realtime._protocol import Transcript
-from stead.store.base import Store
 
 __all__ = ["TranscriptWriter"]
 

@@ -14,10 +14,9 @@ import contextlib
 import json
 import logging
 
-from stead.extend import update_step
+from stead.extend import Store, update_step
 from stead.realtime._clock import Clock
 from stead.realtime._protocol import RealtimeModel, RealtimeUsage
-from stead.store.base import Store
 
 __all__ = ["UsageMeter"]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stead.extend import AgentSystem, Plugin
 from stead.server._app import create_app
 from stead.server._auth import (
     SCOPES,
@@ -28,7 +29,6 @@ from stead.server._auth import (
 )
 from stead.server._plugin import DURABLE_EVENTS, LIVE_EVENTS, ServerPlugin
 from stead.server._run import Server, serve
-from stead.system import AgentSystem, Plugin
 
 __all__ = [
     "DURABLE_EVENTS",

@@ -15,7 +15,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import stead
-from stead.errors import ConfigurationError
+from stead.extend import AgentSystem, ConfigurationError
 from stead.server._auth import Auth, Token, load_tokens
 from stead.server._errors import PROBLEM, install_handlers, problem_response
 from stead.server._events_schema import event_schema
@@ -29,7 +29,6 @@ from stead.server._routes_ops import router as ops_router
 from stead.server._routes_runs import events_router
 from stead.server._routes_runs import router as runs_router
 from stead.server._service import Service, ServiceConfig, approvals_offered
-from stead.system import AgentSystem
 
 __all__ = ["create_app"]
 

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stead._yaml import load_yaml_model
+from stead.extend import load_yaml_model
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -170,7 +170,7 @@ _HASHED = re.compile(r"^sha256:[0-9a-f]{64}$")
 def load_tokens(path: str | Path) -> Auth:
     """Read a token file (YAML; see docs/server.md) into an `Auth`. Raises `stead.ConfigurationError`
     (via the YAML loader) with file and line on a malformed file."""
-    from stead.errors import ConfigurationError
+    from stead.extend import ConfigurationError
 
     parsed, _ = load_yaml_model(Path(path), _TokenFile, what="token file")
     tokens: list[Token] = []
@@ -283,9 +283,6 @@ class Auth:
         if not hmac.compare_digest(token.hash, hash_token(secret)):
             return None  # pragma: no cover
         return self._principal(token)
-
-    def token_of(self, secret: str) -> Token | None:
-        return self._by_hash.get(hash_token(secret))
 
     # -- browser sessions ------------------------------------------------------------------------
     def open_session(self, secret: str) -> tuple[str, Principal] | None:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from stead.errors import (
+from stead.extend import (
     AgentNotFound,
     Closed,
     ConfigurationError,

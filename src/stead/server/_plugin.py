@@ -34,29 +34,40 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stead._plugin import Migrations
-from stead.core import records as R
-from stead.core.events import BlockReset, Event
-from stead.core.gate import GATE_KEY, Gate
-from stead.core.hooks import HookContext, Hooks, ResponseInfo
-from stead.messages import Message, ToolCall, ToolResult
-from stead.observability.records import parent_link
-from stead.providers.base import ReasoningDelta, TextDelta
+from stead.extend import (
+    ApprovalSource,
+    AwaitingInputInfo,
+    BlockInfo,
+    BlockReset,
+    CallDecidedInfo,
+    Event,
+    HookContext,
+    Hooks,
+    MessageConsumedInfo,
+    Migrations,
+    Plugin,
+    ReasoningDelta,
+    ResponseInfo,
+    SettledInfo,
+    TextDelta,
+    ToolDispatchedInfo,
+    ToolResultInfo,
+    Tx,
+    call_gates,
+    parent_link,
+)
 from stead.server._hub import Hub, Live, StoredEvent
 from stead.server._redact import public_model, public_text
-from stead.server._wire import block_json, dumps, loads, message_json, usage_json
-from stead.store.base import Tx
-from stead.system import Plugin
+from stead.server._wire import block_json, dumps, message_json, usage_json
 
 if TYPE_CHECKING:
-    from stead.system import AgentSystem
+    from stead.extend import AgentSystem
 
 __all__ = ["DURABLE_EVENTS", "LIVE_EVENTS", "MODULE", "EventWriter", "ServerPlugin"]
 
 log = logging.getLogger("stead.server")
 
 MODULE = "server"
-APPROVALS_MODULE = "policy"
 DURABLE_EVENTS = (
     "activated",
     "message_consumed",
@@ -176,7 +187,7 @@ class ServerPlugin(Plugin):
     # ------------------------------------------------------------------ lifecycle
     async def start(self, system: AgentSystem) -> None:
         self.system = system
-        self.events.approvals_table = APPROVALS_MODULE in system.store.modules
+        self.events.approvals = next((p for p in system.plugins if isinstance(p, ApprovalSource)), None)
         if self.prune_interval is not None:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_forever(self.prune_interval))
 
@@ -234,9 +245,9 @@ class EventWriter(Hooks):
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.approvals_table = False
-        """Whether the store has the policy plugin's `approvals` table (read for an aborted call's
-        approval id, whose batch entry is gone by the time the abort decides it)."""
+        self.approvals: ApprovalSource | None = None
+        """The system's approvals (the policy plugin), asked for an aborted call's approval id, whose batch
+        entry is gone by the time the abort decides it; None when the system keeps none."""
 
     async def _event(self, ctx: HookContext, type: str, body: dict[str, Any]) -> None:
         tx = ctx.tx
@@ -273,21 +284,23 @@ class EventWriter(Hooks):
             body["message_id"] = ctx.message.id
         await self._event(ctx, "activated", body)
 
-    async def message_consumed_tx(self, ctx: HookContext, message: Message) -> None:
-        await self._event(ctx, "message_consumed", {"message": message_json(message)})
+    async def message_consumed_tx(self, ctx: HookContext, info: MessageConsumedInfo) -> None:
+        await self._event(ctx, "message_consumed", {"message": message_json(info.message)})
 
-    async def block_tx(self, ctx: HookContext, block: Any) -> None:
-        await self._event(ctx, "block_end", {"inference_id": ctx.inference_id, "block": block_json(block)})
+    async def block_tx(self, ctx: HookContext, info: BlockInfo) -> None:
+        body = {"inference_id": ctx.inference_id, "block": block_json(info.block)}
+        await self._event(ctx, "block_end", body)
 
-    async def tool_dispatched_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
-        for call in calls:
+    async def tool_dispatched_tx(self, ctx: HookContext, info: ToolDispatchedInfo) -> None:
+        for call in info.calls:
             await self._event(
                 ctx,
                 "tool_started",
                 {"call": {"id": call.id, "name": call.name, "arguments": call.arguments}},
             )
 
-    async def tool_result_tx(self, ctx: HookContext, call: ToolCall, result: ToolResult) -> None:
+    async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
+        call, result = info.call, info.result
         await self._event(
             ctx,
             "tool_finished",
@@ -320,26 +333,23 @@ class EventWriter(Hooks):
         self, tx: Tx, agent_id: str, call_ids: Sequence[str]
     ) -> dict[str, tuple[str | None, str]]:
         """(approval id, why it asks) of each held call: the deciding layer's id and text on the call's
-        gate, on its batch entry (`stead.core.gate`); else the approvals table (an aborted call's entry is
-        gone when the abort decides it)."""
+        gate, on its batch entry (`call_gates`); else the approval the system's `ApprovalSource` keeps for
+        the call (an aborted call's entry is gone when the abort decides it), read in this transaction."""
         found: dict[str, tuple[str | None, str]] = {}
         wanted = set(call_ids)
-        for key, raw in await tx.read_prefix(agent_id, R.TOOL):
-            call_id = key.rsplit(".", 1)[-1]
-            if call_id in wanted:
-                gate = Gate.decode(loads(raw).get(GATE_KEY))
-                if gate is not None and gate.ref is not None:
-                    found[call_id] = (gate.ref, gate.text if gate.state == "ask" else "")
+        for call_id, gate in (await call_gates(tx, agent_id)).items():
+            if call_id in wanted and gate.ref is not None:
+                found[call_id] = (gate.ref, gate.text if gate.state == "ask" else "")
         for call_id in wanted - found.keys():
             found[call_id] = (None, "")
-            if self.approvals_table:
-                rows = await tx.fetch("SELECT id, reason FROM approvals WHERE call_id = ?", (call_id,))
-                if rows:
-                    found[call_id] = (str(rows[0][0]), str(rows[0][1]))
+            if self.approvals is not None:
+                approval = await self.approvals.approval_for_call(call_id)
+                if approval is not None:
+                    found[call_id] = (approval.id, approval.reason)
         return found
 
-    async def awaiting_input_tx(self, ctx: HookContext, calls: Sequence[ToolCall]) -> None:
-        tx = ctx.tx
+    async def awaiting_input_tx(self, ctx: HookContext, info: AwaitingInputInfo) -> None:
+        tx, calls = ctx.tx, info.calls
         if tx is None:
             return
         held = await self._approvals_of(tx, ctx.agent_id, [c.id or "" for c in calls])
@@ -355,10 +365,8 @@ class EventWriter(Hooks):
                 },
             )
 
-    async def call_decided_tx(
-        self, ctx: HookContext, call: ToolCall, decision: str, note: str | None
-    ) -> None:
-        tx = ctx.tx
+    async def call_decided_tx(self, ctx: HookContext, info: CallDecidedInfo) -> None:
+        tx, call, decision = ctx.tx, info.call, info.decision
         if tx is None:
             return
         ref, _ = (await self._approvals_of(tx, ctx.agent_id, [call.id or ""]))[call.id or ""]
@@ -369,11 +377,12 @@ class EventWriter(Hooks):
                 "approval_id": ref,
                 "call": {"id": call.id, "name": call.name},
                 "decision": decision if decision in _DECISIONS else "rejected",
-                "note": note,
+                "note": info.note,
             },
         )
 
-    async def settled_tx(self, ctx: HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: HookContext, info: SettledInfo) -> None:
+        error = info.error
         status = "completed" if error is None else ("cancelled" if error == "aborted" else "failed")
         await self._event(ctx, "settled", {"status": status, "error": public_text(error)})
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
-from stead.agent import Agent
+from stead.extend import Agent
 from stead.server._auth import Principal
 from stead.server._deps import PROBLEMS, get_service, problems, requires
 from stead.server._errors import ApiError
@@ -166,7 +166,7 @@ async def post_message(
             raise ApiError(422, "id_mismatch", "the body's id and the Idempotency-Key header differ")
         message_id = idempotency_key
     agent = await service.agent(principal, agent_id)
-    outcome = await service.accept(principal, agent, [(body, message_id)], body.if_busy)
+    outcome = await service.deliver(principal, agent, [(body, message_id)], body.if_busy)
     (acc,) = outcome.acceptances
     if not acc.created:
         response.status_code = 200
@@ -194,7 +194,7 @@ async def post_messages(
     agent_id: AgentId, body: BatchIn, response: Response, principal: Send, service: Svc
 ) -> BatchAccepted:
     agent = await service.agent(principal, agent_id)
-    outcome = await service.accept(principal, agent, [(m, m.id) for m in body.messages], body.if_busy)
+    outcome = await service.deliver(principal, agent, [(m, m.id) for m in body.messages], body.if_busy)
     if not outcome.created_any:
         response.status_code = 200
     return BatchAccepted(

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from stead._approvals import Approval
+from stead.extend import Approval
 from stead.server._auth import Principal
 from stead.server._deps import PROBLEMS, get_service, problems, requires
 from stead.server._errors import ApiError

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from stead._runs import Run, Step
+from stead.extend import Run, Step, run_json, step_json
 from stead.server._auth import Principal
 from stead.server._deps import PROBLEMS, get_service, problems, requires
 from stead.server._models import RunList, RunOut, RunTree, StepList, StepOut
@@ -31,48 +31,12 @@ RunStatus = Literal["running", "completed", "failed", "cancelled", "awaiting_inp
 
 
 def step_out(s: Step) -> StepOut:
-    return StepOut(
-        id=s.id,
-        run_id=s.run_id,
-        number=s.number,
-        type=s.type,
-        name=s.name,
-        status=s.status,
-        started_at=s.started_at,
-        completed_at=s.completed_at,
-        duration=s.duration,
-        target=s.target,
-        target_run_id=s.target_run_id,
-        error=public_text(s.error),
-        input=s.input,
-        output=s.output,
-    )
+    return StepOut(**{**step_json(s), "error": public_text(s.error)})
 
 
 def run_fields(r: Run) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "agent_id": r.agent_id,
-        "agent_name": r.agent_name,
-        "parent_run_id": r.parent_run_id,
-        "parent_step_id": r.parent_step_id,
-        "status": r.status,
-        "started_at": r.started_at,
-        "completed_at": r.completed_at,
-        "duration": r.duration,
-        "error": public_text(r.error),
-        "final_message": r.final_message,
-        "input_tokens": r.input_tokens,
-        "output_tokens": r.output_tokens,
-        "cached_tokens": r.cached_tokens,
-        "cost": r.cost,
-        "own_input_tokens": r.own_input_tokens,
-        "own_output_tokens": r.own_output_tokens,
-        "own_cost": r.own_cost,
-        "iterations": r.iterations,
-        "restarts": r.restarts,
-        "breadcrumb": r.breadcrumb,
-    }
+    """The run's JSON (`run_json`: the one form, also `stead runs --json`'s) with its error made public."""
+    return {**run_json(r), "error": public_text(r.error)}
 
 
 def run_tree(r: Run) -> RunTree:

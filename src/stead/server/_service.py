@@ -19,13 +19,26 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stead._approvals import Approval, ApprovalSource, Decision
-from stead._ids import new_id
-from stead._runs import Run
-from stead.agent import Acceptance, Agent, Input, check_storable
-from stead.errors import AgentNotFound, ConfigurationError, InvalidInput, NotFound, RunNotFound
-from stead.extend import Tx
-from stead.messages import encode_block
+from stead.extend import (
+    Acceptance,
+    Agent,
+    AgentNotFound,
+    AgentSystem,
+    Approval,
+    ApprovalSource,
+    ConfigurationError,
+    Decision,
+    Input,
+    InvalidInput,
+    NotFound,
+    Run,
+    RunNotFound,
+    Tx,
+    check_storable,
+    encode_block,
+    new_id,
+    run_json,
+)
 from stead.server._auth import Auth, Principal
 from stead.server._errors import ApiError
 from stead.server._guard import (
@@ -38,15 +51,12 @@ from stead.server._models import BatchItem, CreateAgent, MessageIn
 from stead.server._plugin import ServerPlugin
 from stead.server._redact import public_text
 from stead.server._wire import blocks_from_json, dumps
-from stead.system import AgentSystem
 
 __all__ = ["Service", "ServiceConfig", "approvals_offered"]
 
 log = logging.getLogger("stead.server")
 
 RECORDS_MODULE = "observability"
-APPROVALS_MODULE = "policy"
-"""The store module of the `approvals` table (`stead.policy`), which the approval lists read."""
 _NONE = ""  # a tenant value no tenant can have (names are 1–128 characters)
 
 _RUN_COLS = (
@@ -64,10 +74,8 @@ _LIVE_TOTALS = (
 
 def approvals_offered(system: AgentSystem) -> bool:
     """Whether the system keeps approvals: a plugin that is an `ApprovalSource` (the policy plugin,
-    `stead.open(approvals=True)` or definitions) and its `approvals` table."""
-    return APPROVALS_MODULE in system.store.modules and any(
-        isinstance(p, ApprovalSource) for p in system.plugins
-    )
+    `stead.open(approvals=True)` or definitions)."""
+    return any(isinstance(p, ApprovalSource) for p in system.plugins)
 
 
 _DECIDED_AS = {"approve": "approved", "deny": "rejected"}
@@ -367,7 +375,7 @@ class Service:
 
     def _check_size(self, inp: Input) -> None:
         """413 for a message over the system's payload limit (measured as the kernel measures it, A7)."""
-        from stead.messages import Text
+        from stead.extend import Text
 
         blocks = [Text(inp.content)] if isinstance(inp.content, str) else list(inp.content)
         try:
@@ -380,14 +388,14 @@ class Service:
                 413, "payload_too_large", f"the message is {size} bytes; the limit is {limit} bytes"
             )
 
-    async def accept(
+    async def deliver(
         self,
         principal: Principal,
         agent: Agent,
         items: Sequence[tuple[MessageIn | BatchItem, str | None]],
         if_busy: str,
     ) -> AcceptOutcome:
-        """Accept messages (all or none) with their fingerprints, in one transaction; a message that would
+        """Deliver messages (all or none) with their fingerprints, in one transaction; a message that would
         widen the agent or name an endpoint or file the operator did not allow is refused first."""
         prepared: list[tuple[Input, str]] = []
         batch = len(items) > 1 or isinstance(items[0][0], BatchItem)
@@ -624,28 +632,17 @@ def _quiet_model_errors(*models: Any) -> Iterator[None]:
 
 
 def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    """A row of `_RUN_COLS` as the run's JSON (`run_json`, its error made public)."""
     (rid, aid, name, prun, pstep, status, started, completed, error, final) = r[:10]
     inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, crumb = r[10:]
-    return {
-        "id": rid,
-        "agent_id": aid,
-        "agent_name": name,
-        "parent_run_id": prun,
-        "parent_step_id": pstep,
-        "status": status,
-        "started_at": started,
-        "completed_at": completed,
-        "duration": None if completed is None else completed - started,
-        "error": public_text(error),
-        "final_message": final,
-        "input_tokens": int(inp) + int(cinp),
-        "output_tokens": int(out) + int(cout),
-        "cached_tokens": int(cached) + int(ccached),
-        "cost": float(cost) + float(ccost),
-        "own_input_tokens": int(inp),
-        "own_output_tokens": int(out),
-        "own_cost": float(cost),
-        "iterations": int(iterations),
-        "restarts": int(restarts),
-        "breadcrumb": crumb,
-    }
+    total = (
+        int(inp) + int(cinp),
+        int(out) + int(cout),
+        int(cached) + int(ccached),
+        float(cost) + float(ccost),
+    )
+    own = (int(inp), int(out), int(cached), float(cost))
+    # Run's fields in order: ids (no session, no conversation), status, times, texts, totals, own, counts
+    run = Run(rid, aid, name, prun, pstep, None, None, status, started, completed, error, final, *total, *own,
+              int(iterations), int(restarts), crumb)  # fmt: skip
+    return {**run_json(run), "error": public_text(error)}

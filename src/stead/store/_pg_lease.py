@@ -34,7 +34,6 @@ HEARTBEAT = (
     b"UPDATE stead_workers SET heartbeat_at = now() WHERE id = %s AND state <> 'evicted' RETURNING state"
 )
 
-SET_STATE = b"UPDATE stead_workers SET state = %s WHERE id = %s AND state <> 'evicted' RETURNING state"
 
 # never the sweeping worker itself: running the sweep shows it is alive, even when a starved event loop
 # ran its heartbeat late (evicting itself would stop all its agents and end its own sessions)

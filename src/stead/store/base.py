@@ -11,16 +11,35 @@ reached through the same transaction so that observability rows commit with the 
 
 A store that serves several worker processes (PostgreSQL) additionally checks, on every write, that this
 process still holds the agent's lease (`fence`); the kernel never needs to know which kind it talks to.
+
+What only some stores can do is declared here too, as typed optional capabilities (`Store.capabilities`):
+`OwnerNotify` (wake the process that runs an agent, when it is another one) and `FleetLease` (the worker
+fleet's ownership primitives). A store without one says `None`; the kernel never probes with `getattr`.
+
+A store implementation is registered by URL scheme in the entry point group `stead.stores` (`StoreClass`:
+the class, with its `dialect` and an `open` classmethod); `stead.testing.check_store` runs this contract
+against one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["AgentRow", "Store", "Tx"]
+from stead.store.faults import Faults
+
+__all__ = [
+    "NO_CAPABILITIES",
+    "AgentRow",
+    "Capabilities",
+    "FleetLease",
+    "OwnerNotify",
+    "Store",
+    "StoreClass",
+    "Tx",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +140,97 @@ class Tx(Protocol):
         ...
 
 
+class OwnerNotify(Protocol):
+    """A store shared by several processes wakes the one that runs an agent (W3)."""
+
+    async def notify_owner(self, tx: Tx, agent_id: str) -> None:
+        """Inside `tx` (a transaction of this store): wake whoever runs `agent_id` once, and only if, `tx`
+        commits. Nothing to do when this process runs it (its own after-commit wakes it)."""
+        ...
+
+
+class FleetLease(Protocol):
+    """The ownership primitives of a worker fleet sharing one database (`stead.core.fleet`)."""
+
+    @property
+    def conninfo(self) -> str:
+        """The database URL for the fleet's dedicated LISTEN connection (libpq form)."""
+        ...
+
+    async def register_worker(
+        self, host: str | None = None, pid: int | None = None, capacity: int = 1000
+    ) -> str:
+        """Register this process as a live worker; its fresh id."""
+        ...
+
+    async def heartbeat(self, worker_id: str | None = None) -> str | None:
+        """Refresh the worker's heartbeat; its state, or None when it was evicted."""
+        ...
+
+    async def sweep(self, ttl_s: float) -> list[str]:
+        """Evict workers silent for `ttl_s` seconds and free their agents; the ids evicted."""
+        ...
+
+    async def claim(self, n: int) -> list[tuple[str, int]]:
+        """Take up to `n` unowned agents that owe work; [(agent id, epoch)], held from now on."""
+        ...
+
+    async def release(self, agent_id: str) -> bool:
+        """Give up the lease on an agent; False when it was not this worker's any more."""
+        ...
+
+    def hold(self, agent_id: str, epoch: int) -> None:
+        """This process owns `agent_id` at `epoch`: every later transaction touching it is fenced."""
+        ...
+
+    def drop(self, agent_id: str) -> None:
+        """Stop fencing `agent_id` (writes nothing)."""
+        ...
+
+    def pin(self, agent_id: str) -> None:
+        """In an agent's loop task: its transactions commit only under the lease held now (W6)."""
+        ...
+
+    async def lease_sql(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One bookkeeping statement of the fleet outside every stead transaction (never fault-injected)."""
+        ...
+
+    async def owners(self) -> dict[str, tuple[str | None, int]]:
+        """Every agent's (owner worker id or None, epoch), read in a transaction of its own."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a store can do beyond the `Store`/`Tx` contract; `None`: it cannot. Fixed when the store is
+    opened, so a caller reads an attribute, never probes."""
+
+    owner_notify: OwnerNotify | None = None
+    """Set by a store whose agents may run in another process: decisions and admissions wake their owner."""
+    fleet: FleetLease | None = None
+    """Set by a store that serves a worker fleet: a system on it runs agents by lease (`stead.core.fleet`)."""
+
+
+NO_CAPABILITIES = Capabilities()
+"""A store of one owning process (SQLite): every agent it holds runs here."""
+
+
 class Store(Protocol):
     """A database holding every agent of one `AgentSystem`."""
 
     url: str
     ops: int
     dialect: str
-    """`sqlite` or `postgresql`: which of a plugin's migrations this store runs."""
+    """The SQL dialect this store speaks (`sqlite`, `postgresql`, or what an outside store declares):
+    which of a plugin's migrations it runs and which dialect-specific SQL a plugin sends it."""
     modules: frozenset[str]
     """The schema modules (plugin tables) migrated when this store was opened: what its system's plugins
     own. A layer that writes into another layer's tables checks its module here first."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The optional capabilities of this store (`NO_CAPABILITIES`: none)."""
+        ...
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """Open a transaction, or join the one the current task already has open on this store."""
@@ -142,4 +242,28 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Release the database (and the process lock). Idempotent."""
+        ...
+
+
+class StoreClass(Protocol):
+    """What a `stead.stores` entry point names (entry name: the URL scheme): a store class, or any object
+    with these two members."""
+
+    @property
+    def dialect(self) -> str:
+        """The dialect of the stores it opens (known before opening: it chooses the migrations)."""
+        ...
+
+    async def open(
+        self,
+        url: str,
+        *,
+        faults: Faults | None = None,
+        migrations: Mapping[str, Sequence[str]] | None = None,
+        readonly: bool = False,
+    ) -> Store:
+        """Open the store `url` names, applying the kernel's schema and each module's scripts in
+        `migrations` (module → ordered SQL scripts of this dialect); `readonly=True`: for inspection
+        (no migration, every write refused with `stead.errors.ReadOnly`). `faults`: fault injection
+        (`stead.testing.Faults`), checked before every store operation."""
         ...

@@ -38,11 +38,9 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -53,7 +51,8 @@ from stead.errors import Closed, InvalidInput, LeaseLost, ReadOnly, StoreCrashed
 from stead.store import _pg_lease as lease
 from stead.store._pg_schema import SCHEMA_VERSION, check_versions, migrate
 from stead.store._pg_sql import store_error, translate
-from stead.store.base import AgentRow
+from stead.store._tx import TxBase, TxStore
+from stead.store.base import AgentRow, Capabilities, Tx
 from stead.store.faults import Faults
 
 __all__ = ["SCHEMA_VERSION", "PgStats", "PostgresStore", "parse_postgres_url"]
@@ -128,13 +127,16 @@ class PgStats:
         return self.writing_round_trips / self.commits if self.commits else 0.0
 
 
-_current: ContextVar[_PgTx | None] = ContextVar("stead_pg_tx", default=None)
 _pinned: ContextVar[tuple[PostgresStore, str, int] | None] = ContextVar("stead_pg_pinned", default=None)
 """The lease an agent's loop started under (`PostgresStore.pin`): its task, and the tasks it starts."""
 
 
-class PostgresStore:
-    """A `Store` over one PostgreSQL database. Create with `await PostgresStore.open(url)`."""
+class PostgresStore(TxStore["_PgTx"]):
+    """A `Store` over one PostgreSQL database. Create with `await PostgresStore.open(url)`.
+
+    Its capabilities: `OwnerNotify` (`notify_owner`) and `FleetLease` (the worker primitives below)."""
+
+    dialect = "postgresql"
 
     def __init__(
         self, url: str, pool: AsyncConnectionPool[Conn], faults: Faults | None, *, readonly: bool
@@ -144,7 +146,7 @@ class PostgresStore:
         """The libpq URL without stead's own options (for a dedicated LISTEN connection)."""
         self.where = redact(url)
         self.readonly = readonly
-        self.dialect = "postgresql"
+        self.capabilities = Capabilities(owner_notify=self, fleet=self)
         self.modules: frozenset[str] = frozenset()
         self.ops = 0
         self.stats = PgStats()
@@ -232,19 +234,43 @@ class PostgresStore:
     def closed(self) -> bool:
         return self._pool is None
 
-    def pool_stats(self) -> dict[str, int]:
-        """psycopg_pool's counters (`requests_waiting`, `connections_lost`, …)."""
-        return dict(self._pool.get_stats()) if self._pool is not None else {}
+    # ---------------------------------------------------------------- transactions (`stead.store._tx`)
+    def _begin(self) -> _PgTx:
+        if self._pool is None:
+            if self._crashed:
+                raise StoreCrashed("the store crashed (injected)")
+            raise Closed("the store is closed")
+        self.stats.transactions += 1
+        return _PgTx(self)
 
-    # ---------------------------------------------------------------- transactions
-    def transaction(self) -> AbstractAsyncContextManager[_PgTx]:
-        return _TxContext(self)
+    async def _commit(self, tx: _PgTx) -> None:
+        if tx.conn is None:
+            return  # nothing was asked
+        if tx.wrote:
+            self._op("commit")
+        await tx.commit()
+        if tx.wrote:
+            self.stats.commits += 1
+            self.stats.writing_round_trips += self.stats.round_trips - tx.trips_before
 
-    def current(self) -> _PgTx | None:
-        tx = _current.get()
-        if tx is not None and tx.open and tx.store is self and tx.task is asyncio.current_task():
-            return tx
-        return None
+    async def _finish(self, tx: _PgTx, committed: bool) -> None:
+        # shielded: a task cancelled while it ends its transaction (abort, kill, LeaseLost) still rolls
+        # back and returns its connection to the pool. A rolled-back transaction's lost lease stays held
+        # (so every later write of this process to that agent keeps failing the fence) until the runtime
+        # drops it.
+        await asyncio.shield(self._end(tx, committed))
+
+    async def _end(self, tx: _PgTx, committed: bool) -> None:
+        if not committed:
+            await tx.rollback()
+        await tx.finish()
+        if self._crashed:
+            await self._crash()
+
+    async def notify_owner(self, tx: Tx, agent_id: str) -> None:
+        """`OwnerNotify`: see `_PgTx.notify_owner`."""
+        assert isinstance(tx, _PgTx) and tx.store is self, "a transaction of another store"
+        await tx.notify_owner(agent_id)
 
     def _op(self, name: str) -> None:
         """Gate every operation: count it, inject faults, refuse a closed store."""
@@ -297,6 +323,10 @@ class PostgresStore:
         writer (W6). Not held now: nothing is pinned."""
         epoch = self._held.get(agent_id)
         _pinned.set(None if epoch is None else (self, agent_id, epoch))
+
+    async def owners(self) -> dict[str, tuple[str | None, int]]:
+        async with self.transaction() as tx:
+            return await tx.list_owners()
 
     async def lease_sql(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One short bookkeeping statement of the fleet (rescans, crash detection, ending frozen sessions) in
@@ -354,14 +384,6 @@ class PostgresStore:
         rows = await self._one(lease.HEARTBEAT, (wid,))
         return str(rows[0][0]) if rows else None
 
-    async def set_worker_state(self, state: str, worker_id: str | None = None) -> str | None:
-        """Mark the worker `draining` (or `live` again); None when it was evicted."""
-        if state not in ("live", "draining"):
-            raise InvalidInput(f"worker state must be live or draining, not {state!r}")
-        wid = lease.as_uuid(worker_id) if worker_id is not None else self._me()
-        rows = await self._one(lease.SET_STATE, (state, wid))
-        return str(rows[0][0]) if rows else None
-
     async def sweep(self, ttl_s: float) -> list[str]:
         """Evict workers whose heartbeat is older than `ttl_s` (database clock; never this store's own
         registered worker: a worker that sweeps is alive, however late its heartbeat) and release the
@@ -405,134 +427,7 @@ class PostgresStore:
         return {str(r[0]): int(r[1]) for r in rows}
 
 
-class _TxContext:
-    __slots__ = ("_joined", "_store", "_token", "_tx")
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self._tx: _PgTx | None = None
-        self._joined = False
-
-    async def __aenter__(self) -> _PgTx:
-        store = self._store
-        outer = store.current()
-        if outer is not None:
-            self._joined = True
-            self._tx = outer
-            return outer
-        await store._lock.acquire()
-        if store._pool is None:
-            store._lock.release()
-            raise (
-                StoreCrashed("the store crashed (injected)")
-                if store._crashed
-                else Closed("the store is closed")
-            )
-        tx = _PgTx(store)
-        self._tx = tx
-        self._token = _current.set(tx)
-        store.stats.transactions += 1
-        return tx
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._joined:
-            return
-        store = self._store
-        tx = self._tx
-        assert tx is not None
-        try:
-            _current.reset(self._token)
-        except ValueError:  # pragma: no cover - reset from another context
-            _current.set(None)
-        committed = False
-        try:
-            if et is None and tx.conn is not None:
-                if tx.wrote:
-                    store._op("commit")
-                await tx.commit()
-                committed = True
-                if tx.wrote:
-                    store.stats.commits += 1
-                    store.stats.writing_round_trips += store.stats.round_trips - tx.trips_before
-        finally:
-            tx.open = False
-            try:
-                # shielded: a task cancelled while it ends its transaction (abort, kill, LeaseLost) still
-                # rolls back and returns its connection to the pool
-                await asyncio.shield(_end(store, tx, committed))
-            finally:
-                store._lock.release()
-        if et is not None:
-            # rolled back: its after-commit callbacks never run. A lost lease stays held (so every later
-            # write of this process to that agent keeps failing the fence) until the runtime drops it.
-            return
-        for fn in tx.callbacks:
-            try:
-                fn()
-            except Exception:  # an after-commit failure is logged, never raised into a committed caller
-                log.exception("after-commit callback failed")
-
-
-async def _end(store: PostgresStore, tx: _PgTx, committed: bool) -> None:
-    if not committed:
-        await tx.rollback()
-    await tx.finish()
-    if store._crashed:
-        await store._crash()
-
-
-class _Savepoint:
-    __slots__ = ("_mark", "_name", "_tx")
-
-    def __init__(self, tx: _PgTx) -> None:
-        self._tx = tx
-        tx.savepoints += 1
-        self._name = f"sp{tx.savepoints}".encode()
-        self._mark = 0
-
-    async def __aenter__(self) -> None:
-        tx = self._tx
-        conn = await tx._w("savepoint")
-        await tx._send(conn, b"SAVEPOINT " + self._name)
-        self._mark = len(tx.callbacks)
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        tx = self._tx
-        if et is None:
-            try:
-                tx.store._op("release")
-                conn = tx._require_conn()
-                await tx._send(conn, b"RELEASE " + self._name)
-                return
-            except BaseException:
-                await self._rollback()
-                raise
-        await self._rollback()
-
-    async def _rollback(self) -> None:
-        tx = self._tx
-        del tx.callbacks[self._mark :]
-        conn = tx.conn
-        if conn is None or tx.store._crashed:
-            return
-        try:
-            await tx._sync_pipeline()  # clear an aborted pipeline before talking again
-        except psycopg.Error:
-            pass
-        try:
-            await conn.execute(b"ROLLBACK TO " + self._name)
-            await conn.execute(b"RELEASE " + self._name)
-            await tx._sync_pipeline()
-        except psycopg.Error as err:
-            # the transaction is aborted beyond this section: it can only roll back now
-            tx.broken = store_error(err, "rolling back a savepoint failed")
-
-
-class _PgTx:
+class _PgTx(TxBase):
     """An open PostgreSQL transaction (see `stead.store.base.Tx`)."""
 
     __slots__ = (
@@ -540,29 +435,22 @@ class _PgTx:
         "_pipe_cm",
         "began",
         "broken",
-        "callbacks",
         "conn",
         "fenced",
         "locked",
         "notified",
         "op",
-        "open",
-        "savepoints",
-        "store",
-        "task",
         "trips_before",
         "wrote",
     )
 
+    store: PostgresStore
+
     def __init__(self, store: PostgresStore) -> None:
-        self.store = store
+        super().__init__(store)
         self.conn: Conn | None = None
         self._pipe: Any = None
         self._pipe_cm: Any = None
-        self.task = asyncio.current_task()
-        self.open = True
-        self.callbacks: list[Callable[[], object]] = []
-        self.savepoints = 0
         self.fenced: set[str] = set()
         self.locked: set[str] = set()
         self.notified: set[str] = set()
@@ -737,12 +625,31 @@ class _PgTx:
         else:
             await conn.close()
 
-    # -- transaction control
-    def after_commit(self, fn: Callable[[], object]) -> None:
-        self.callbacks.append(fn)
+    # -- savepoints (`stead.store._tx.Savepoint`)
+    async def _sp_begin(self, name: str) -> None:
+        conn = await self._w("savepoint")
+        await self._send(conn, b"SAVEPOINT " + name.encode())
 
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        return _Savepoint(self)
+    async def _sp_release(self, name: str) -> None:
+        self.store._op("release")
+        conn = self._require_conn()
+        await self._send(conn, b"RELEASE " + name.encode())
+
+    async def _sp_rollback(self, name: str) -> None:
+        conn = self.conn
+        if conn is None or self.store._crashed:
+            return
+        try:
+            await self._sync_pipeline()  # clear an aborted pipeline before talking again
+        except psycopg.Error:
+            pass
+        try:
+            await conn.execute(b"ROLLBACK TO " + name.encode())
+            await conn.execute(b"RELEASE " + name.encode())
+            await self._sync_pipeline()
+        except psycopg.Error as err:
+            # the transaction is aborted beyond this section: it can only roll back now
+            self.broken = store_error(err, "rolling back a savepoint failed")
 
     async def notify_owner(self, agent_id: str) -> None:
         """Wake whoever runs `agent_id` once this transaction commits: `pg_notify` on its owner's channel

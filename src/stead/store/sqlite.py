@@ -27,11 +27,8 @@ import fcntl
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -51,7 +48,8 @@ from stead.store._sqlite_files import (
     unlink,
     write_pid,
 )
-from stead.store.base import AgentRow
+from stead.store._tx import TxBase, TxStore
+from stead.store.base import NO_CAPABILITIES, AgentRow, Capabilities
 from stead.store.faults import Faults
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
@@ -75,11 +73,11 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
-_current: ContextVar[_SqliteTx | None] = ContextVar("stead_sqlite_tx", default=None)
-
-
-class SqliteStore:
+class SqliteStore(TxStore["_SqliteTx"]):
     """A `Store` over one SQLite file. Create with `await SqliteStore.open(url)`."""
+
+    dialect = "sqlite"
+    capabilities: Capabilities = NO_CAPABILITIES
 
     def __init__(
         self,
@@ -97,14 +95,13 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = conn
         self._lock_fd = lock_fd
         self._faults = faults
-        self._write_lock = asyncio.Lock()
+        self._lock = asyncio.Lock()
         self._seq: dict[
             str, int
         ] = {}  # last history seq per agent, as committed (this process is the only writer)
         self._crashed = False
         self.ops = 0
         self.commits = 0
-        self.dialect = "sqlite"
         self.modules: frozenset[str] = frozenset()
 
     # ---------------------------------------------------------------- opening / closing
@@ -238,7 +235,7 @@ class SqliteStore:
         return cls(url, path, conn, None, faults, readonly=True)
 
     async def close(self) -> None:
-        async with self._write_lock:
+        async with self._lock:
             self._release()
 
     def _release(self) -> None:
@@ -256,15 +253,40 @@ class SqliteStore:
     def closed(self) -> bool:
         return self._conn is None
 
-    # ---------------------------------------------------------------- transactions
-    def transaction(self) -> AbstractAsyncContextManager[_SqliteTx]:
-        return _TxContext(self)
+    # ---------------------------------------------------------------- transactions (`stead.store._tx`)
+    def _begin(self) -> _SqliteTx:
+        conn = self._conn
+        if conn is None:
+            if self._crashed:
+                raise StoreCrashed("the store crashed (injected)")
+            raise Closed("the store is closed")
+        tx = _SqliteTx(self, conn)
+        if self.readonly:
+            # one read transaction: a consistent snapshot of what the owner had committed at this point
+            try:
+                conn.execute("BEGIN")
+                tx.began = True
+            except sqlite3.Error as e:
+                raise file_error(self.path, e) from None
+        return tx
 
-    def current(self) -> _SqliteTx | None:
-        tx = _current.get()
-        if tx is not None and tx.open and tx.store is self and tx.task is asyncio.current_task():
-            return tx
-        return None
+    async def _commit(self, tx: _SqliteTx) -> None:
+        if not tx.began:
+            return  # a transaction that never wrote has nothing to commit or roll back
+        try:
+            conn = self._op("commit")
+            conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            raise StoreError(f"commit failed: {err}") from err
+        self.commits += 1
+        self._seq.update(tx._seq)
+
+    async def _finish(self, tx: _SqliteTx, committed: bool) -> None:
+        if not committed and tx.began and self._conn is not None:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     def _op(self, name: str) -> sqlite3.Connection:
         """Gate every operation: count it, inject faults, refuse a closed store."""
@@ -293,134 +315,16 @@ class SqliteStore:
         self._release()
 
 
-class _TxContext:
-    __slots__ = ("_joined", "_store", "_token", "_tx")
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-        self._tx: _SqliteTx | None = None
-        self._joined = False
-
-    async def __aenter__(self) -> _SqliteTx:
-        store = self._store
-        outer = store.current()
-        if outer is not None:
-            self._joined = True
-            self._tx = outer
-            return outer
-        await store._write_lock.acquire()
-        conn = store._conn
-        if conn is None:
-            store._write_lock.release()
-            raise (
-                StoreCrashed("the store crashed (injected)")
-                if store._crashed
-                else Closed("the store is closed")
-            )
-        tx = _SqliteTx(store, conn)
-        if store.readonly:
-            # one read transaction: a consistent snapshot of what the owner had committed at this point
-            try:
-                conn.execute("BEGIN")
-                tx.began = True
-            except sqlite3.Error as e:
-                store._write_lock.release()
-                raise file_error(store.path, e) from None
-        self._tx = tx
-        self._token = _current.set(tx)
-        return tx
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._joined:
-            return
-        store = self._store
-        tx = self._tx
-        assert tx is not None
-        try:
-            _current.reset(self._token)
-        except ValueError:  # pragma: no cover - reset from another context
-            _current.set(None)
-        committed = not tx.began  # a transaction that never wrote has nothing to commit or roll back
-        try:
-            if et is None and tx.began:
-                try:
-                    conn = store._op("commit")
-                    conn.execute("COMMIT")
-                    committed = True
-                    store.commits += 1
-                    store._seq.update(tx._seq)
-                except sqlite3.Error as err:
-                    raise StoreError(f"commit failed: {err}") from err
-        finally:
-            tx.open = False
-            if not committed and store._conn is not None:
-                try:
-                    store._conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-            store._write_lock.release()
-        if et is not None:
-            return  # rolled back: its after-commit callbacks never run
-        for fn in tx.callbacks:
-            try:
-                fn()
-            except Exception:  # an after-commit failure is logged, never raised into a committed caller
-                log.exception("after-commit callback failed")
-
-
-class _Savepoint:
-    __slots__ = ("_mark", "_name", "_tx")
-
-    def __init__(self, tx: _SqliteTx) -> None:
-        self._tx = tx
-        tx.savepoints += 1
-        self._name = f"sp{tx.savepoints}"
-        self._mark = 0
-
-    async def __aenter__(self) -> None:
-        self._tx._w("savepoint").execute(f"SAVEPOINT {self._name}")
-        self._mark = len(self._tx.callbacks)
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        tx = self._tx
-        if et is None:
-            try:
-                tx.store._op("release").execute(f"RELEASE {self._name}")
-                return
-            except BaseException:
-                # a failed RELEASE must not keep the section's writes: roll it back like a failed body
-                self._rollback()
-                raise
-        self._rollback()
-
-    def _rollback(self) -> None:
-        tx = self._tx
-        del tx.callbacks[self._mark :]
-        conn = tx.store._conn
-        if conn is not None:
-            try:
-                conn.execute(f"ROLLBACK TO {self._name}")
-                conn.execute(f"RELEASE {self._name}")
-            except sqlite3.Error:
-                pass
-
-
-class _SqliteTx:
+class _SqliteTx(TxBase):
     """An open SQLite transaction (see `stead.store.base.Tx`)."""
 
-    __slots__ = ("_seq", "began", "callbacks", "conn", "open", "savepoints", "store", "task")
+    __slots__ = ("_seq", "began", "conn")
+
+    store: SqliteStore
 
     def __init__(self, store: SqliteStore, conn: sqlite3.Connection) -> None:
-        self.store = store
+        super().__init__(store)
         self.conn = conn
-        self.task = asyncio.current_task()
-        self.open = True
-        self.callbacks: list[Callable[[], object]] = []
-        self.savepoints = 0
         self._seq: dict[str, int] = {}
         self.began = False
 
@@ -456,11 +360,21 @@ class _SqliteTx:
             self.began = True
         return conn
 
-    def after_commit(self, fn: Callable[[], object]) -> None:
-        self.callbacks.append(fn)
+    # -- savepoints (`stead.store._tx.Savepoint`)
+    async def _sp_begin(self, name: str) -> None:
+        self._w("savepoint").execute(f"SAVEPOINT {name}")
 
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        return _Savepoint(self)
+    async def _sp_release(self, name: str) -> None:
+        self.store._op("release").execute(f"RELEASE {name}")
+
+    async def _sp_rollback(self, name: str) -> None:
+        conn = self.store._conn
+        if conn is not None:
+            try:
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            except sqlite3.Error:
+                pass
 
     # -- KV
     async def get(self, agent_id: str, key: str) -> str | None:
