@@ -27,7 +27,7 @@ import fcntl
 import logging
 import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -323,7 +323,12 @@ class _SqliteTx(TxBase):
     store: SqliteStore
 
     def __init__(self, store: SqliteStore, conn: sqlite3.Connection) -> None:
-        super().__init__(store)
+        # TxBase's fields, set here: one transaction per store operation group, on the hot path
+        self.store = store
+        self.task = asyncio.current_task()
+        self.open = True
+        self.callbacks: list[Callable[[], object]] = []
+        self.savepoints = 0
         self.conn = conn
         self._seq: dict[str, int] = {}
         self.began = False
