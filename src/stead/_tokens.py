@@ -18,6 +18,7 @@ about as much as 16 KB.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -58,11 +59,25 @@ def _exact(text: str) -> float:
     return n
 
 
+_CACHED_SIZE = 4096
+"""Texts up to this many characters are remembered (the last `_CACHED` of them): the instructions, tool
+specifications and recent history are estimated again on every request of a conversation. Bounded in
+entries and in entry size, so a hostile tool output cannot grow it."""
+_CACHED = 256
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _short(text: str) -> int:
+    return math.ceil(_exact(text))
+
+
 def estimate_text(text: str) -> int:
     """Estimated tokens of `text` (0 for the empty string)."""
     size = len(text)
     if size == 0:
         return 0
+    if size <= _CACHED_SIZE:
+        return _short(text)
     if size <= _SAMPLE * _SAMPLES:
         return math.ceil(_exact(text))
     step = size // _SAMPLES

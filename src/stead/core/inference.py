@@ -15,7 +15,6 @@ for its model, never more than the window minus the request's estimated size.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
@@ -167,10 +166,15 @@ def retry_delay(st: AgentState, retry_after: float | None = None) -> float | Non
 def _request_size(st: AgentState, turn: Turn, request: ProviderRequest) -> int:
     """The estimated size of a request: the previous measurement plus what was appended since
     (`context_tokens`), or — first request, or a reset conversation — the whole request."""
+    return _size_of(st, turn, request.instructions, request.tools, request.messages)
+
+
+def _size_of(
+    st: AgentState, turn: Turn, instructions: str, tools: list[ToolSpec], messages: list[Message]
+) -> int:
     if st.records and not turn.reset:
         return context_tokens(st, turn.pending, turn.take)
-    size = estimate_text(request.instructions) + estimate_tools(request.tools)
-    return size + estimate_messages(request.messages)
+    return estimate_text(instructions) + estimate_tools(tools) + estimate_messages(messages)
 
 
 async def _output_schema(st: AgentState, pending: Pending) -> dict[str, Any] | None:
@@ -309,20 +313,21 @@ def _request(
     if context is not None and context.text:
         # one system message right after the instructions, in every request of the run (R4)
         history = [Message("system", [Text(context.text)]), *history]
-    request = ProviderRequest(
+    messages = history + staged if staged else list(history)
+    # MR1: every request carries an output cap (the agent's, else the model's limit; within the window)
+    cap = output_cap(st, settings, _size_of(st, turn, instructions, specs, messages))
+    return ProviderRequest(
         model=str(settings.get("model", st.config.model)),
         instructions=instructions,
-        messages=history + staged if staged else list(history),
+        messages=messages,
         tools=specs,
         agent_id=st.id,
         inference_id=turn.inference_id,
         effort=settings.get("effort"),
+        max_output_tokens=cap,
         model_options=ModelOptions.decode(st.config.model_options),
         output_schema=schema,
     )
-    # MR1: every request carries an output cap (the agent's, else the model's limit; within the window)
-    cap = output_cap(st, settings, _request_size(st, turn, request))
-    return dataclasses.replace(request, max_output_tokens=cap)
 
 
 async def _stream(
