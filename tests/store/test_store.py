@@ -98,23 +98,6 @@ async def test_after_commit_runs_only_after_the_outermost_commit(
     assert raw_kv(db_target) == {"k": "v"}
 
 
-@pytest.mark.parametrize("writes", [True, False])
-async def test_after_commit_never_runs_after_a_rollback(store: SqliteStore, writes: bool) -> None:
-    ran: list[str] = []
-    with pytest.raises(Boom):
-        async with store.transaction() as tx:
-            if writes:
-                await tx.write(A, "k", "v")
-            else:
-                await tx.get(A, "k")
-            tx.after_commit(lambda: ran.append("callback"))
-            async with store.transaction() as inner:
-                inner.after_commit(lambda: ran.append("inner"))
-            raise Boom
-    await asyncio.sleep(0)
-    assert ran == []
-
-
 async def test_after_commit_never_runs_when_the_commit_fails(db_url: str) -> None:
     faults = Faults()
     store = await open_store(db_url, faults=faults)

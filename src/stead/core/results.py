@@ -11,6 +11,8 @@ process after any crash (`agent.run` uses this).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +119,21 @@ def run_state(records: list[dict[str, Any]], message_id: str) -> RunState | None
     return RunState(run_id, None)
 
 
+async def history_from_end(tx: Tx, agent_id: str) -> AsyncGenerator[dict[str, Any], None]:
+    """The committed history records of `agent_id`, newest first, read in pages that grow (32 records,
+    then ×4 up to 4,096): a reader that stops early pays only for what it read."""
+    before: int | None = None
+    limit = 32
+    while True:
+        page = await tx.load_before(agent_id, before, limit)
+        for _, raw in page:
+            yield json.loads(raw)
+        if len(page) < limit:
+            return
+        before = page[-1][0]
+        limit = min(limit * 4, 4096)
+
+
 async def read_run_records(tx: Tx, agent_id: str, message_id: str) -> list[dict[str, Any]] | None:
     """The current-history records of the run that consumed `message_id`, read from the end: from just
     after the end record that precedes the message's consumed-input record, to the last record. None when
@@ -125,26 +142,18 @@ async def read_run_records(tx: Tx, agent_id: str, message_id: str) -> list[dict[
     it is settled runs that cannot match the message)."""
     tail: list[dict[str, Any]] = []  # newest first
     found = False
-    before: int | None = None
-    limit = 32
-    while True:
-        page = await tx.load_before(agent_id, before, limit)
-        for _, raw in page:
-            rec = json.loads(raw)
+    async with aclosing(history_from_end(tx, agent_id)) as records:
+        async for rec in records:
             typed = decode_record(rec)
             if found and isinstance(typed, EndRecord):
-                tail.reverse()
-                return tail
+                break
             tail.append(rec)
             if not found and isinstance(typed, InputRecord) and typed.id == message_id:
                 found = True
-        if len(page) < limit:
-            if not found:
-                return None
-            tail.reverse()
-            return tail
-        before = page[-1][0]
-        limit = min(limit * 4, 4096)
+    if not found:
+        return None
+    tail.reverse()
+    return tail
 
 
 async def read_run_state(tx: Tx, agent_id: str, message_id: str) -> RunState | None:

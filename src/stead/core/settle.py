@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from stead.core import records as R
@@ -20,6 +21,7 @@ from stead.core.events import Settled
 from stead.core.hooks import SettledInfo
 from stead.core.outcome import Outcome
 from stead.core.records import Pending
+from stead.core.results import history_from_end
 from stead.core.state import AgentState
 from stead.messages import dumps
 from stead.store.base import Tx
@@ -108,18 +110,10 @@ def _run_records(
 async def _tail(tx: Tx, agent_id: str) -> list[dict[str, Any]]:
     """The history records after the last end record, read from the end (O(the run))."""
     out: list[dict[str, Any]] = []  # newest first
-    before: int | None = None
-    limit = 32
-    while True:
-        page = await tx.load_before(agent_id, before, limit)
-        for _, raw in page:
-            rec = json.loads(raw)
+    async with aclosing(history_from_end(tx, agent_id)) as records:
+        async for rec in records:
             if rec.get("k") == "e":
-                out.reverse()
-                return out
+                break
             out.append(rec)
-        if len(page) < limit:
-            out.reverse()
-            return out
-        before = page[-1][0]
-        limit = min(limit * 4, 4096)
+    out.reverse()
+    return out
