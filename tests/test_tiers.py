@@ -32,6 +32,7 @@ EXTEND = [
     "AgentConfig",
     "AgentNotFound",
     "AgentRow",
+    "AgentScope",
     "AgentSystem",
     "Approval",
     "ApprovalSource",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from stead._scope import AgentScope
+
 __all__ = ["APPROVAL_STATUSES", "Approval", "ApprovalSource", "ApprovalStatus", "Decision"]
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
@@ -70,6 +72,22 @@ class ApprovalSource(Protocol):
         agent_id: str | None = None,
         root_run_id: str | None = None,
     ) -> list[Approval]: ...
+
+    async def approvals_page(
+        self,
+        *,
+        status: Literal["pending", "decided"] | None = None,
+        agent_id: str | None = None,
+        root_run_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 50,
+        scope: AgentScope | None = None,
+    ) -> list[Approval]:
+        """At most `limit` approvals of agents that exist, oldest first (by creation time, then id),
+        strictly after the cursor `after` = `(created_at, id)` of the last one a caller saw. `status`:
+        `pending`, `decided` (any other status) or None (all); `scope`: only approvals of its agents (the
+        service's tenant, `AgentScope`)."""
+        ...
 
     async def approval(self, approval_id: str) -> Approval: ...
 

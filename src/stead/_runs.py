@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from stead._scope import AgentScope
+
 __all__ = ["Run", "RunReader", "Step", "run_json", "step_json"]
 
 
@@ -152,5 +154,22 @@ class RunReader(Protocol):
     """A plugin that can read run records back (`system.runs()`, `system.run(id)`)."""
 
     async def runs(self, agent_id: str | None = None, limit: int = 50) -> list[Run]: ...
+
+    async def runs_page(
+        self,
+        *,
+        agent_id: str | None = None,
+        status: str | None = None,
+        parent_run_id: str | None = None,
+        roots: bool = False,
+        before: tuple[float, str] | None = None,
+        limit: int = 50,
+        scope: AgentScope | None = None,
+    ) -> list[Run]:
+        """At most `limit` runs of agents that exist, newest first (by start time, then id), without steps
+        or children, strictly before the cursor `before` = `(started_at, id)` of the last one a caller saw;
+        filtered by agent, status, parent run (`roots`: only runs without one) and `scope` (the service's
+        tenant, `AgentScope`). A running run's totals are summed from its steps so far."""
+        ...
 
     async def run(self, run_id: str) -> Run: ...

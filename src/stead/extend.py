@@ -33,6 +33,7 @@ from stead._plugin import (
     TraceContextSource,
 )
 from stead._runs import Run, RunReader, Step, run_json, step_json
+from stead._scope import AgentScope
 from stead._steps import (
     PARENT_KEY,
     RUN_STATUSES,
@@ -161,6 +162,7 @@ __all__ = [
     "AgentConfig",
     "AgentNotFound",
     "AgentRow",
+    "AgentScope",
     "AgentSystem",
     "Approval",
     "ApprovalSource",

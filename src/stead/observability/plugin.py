@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from stead.extend import (
     STEP_TYPE_KEY,
+    AgentScope,
     AgentSystem,
     Hooks,
     Migrations,
@@ -20,7 +21,7 @@ from stead.extend import (
     Store,
     bind_step_writer,
 )
-from stead.observability.queries import get_run, list_runs
+from stead.observability.queries import get_run, list_runs, page_runs
 from stead.observability.records import (
     MIGRATIONS,
     PG_MIGRATIONS,
@@ -72,6 +73,28 @@ class RecordsPlugin(Plugin):
 
     async def runs(self, agent_id: str | None = None, limit: int = 50) -> list[Run]:
         return await list_runs(self._require_store(), agent_id, limit)
+
+    async def runs_page(
+        self,
+        *,
+        agent_id: str | None = None,
+        status: str | None = None,
+        parent_run_id: str | None = None,
+        roots: bool = False,
+        before: tuple[float, str] | None = None,
+        limit: int = 50,
+        scope: AgentScope | None = None,
+    ) -> list[Run]:
+        return await page_runs(
+            self._require_store(),
+            agent_id=agent_id,
+            status=status,
+            parent_run_id=parent_run_id,
+            roots=roots,
+            before=before,
+            limit=limit,
+            scope=scope,
+        )
 
     async def run(self, run_id: str) -> Run:
         return await get_run(self._require_store(), run_id)

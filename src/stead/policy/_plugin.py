@@ -28,10 +28,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from stead.extend import (
     PERMISSION_MODES,
+    AgentScope,
     AgentSystem,
     Approval,
     ApprovalStatus,
@@ -235,6 +236,39 @@ class PolicyPlugin(Plugin):
         sql = Q.SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at, id"
         async with self.system.store.transaction() as tx:
             rows = await tx.fetch(sql, params)
+        return [_approval(r) for r in rows]
+
+    async def approvals_page(
+        self,
+        *,
+        status: Literal["pending", "decided"] | None = None,
+        agent_id: str | None = None,
+        root_run_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 50,
+        scope: AgentScope | None = None,
+    ) -> list[Approval]:
+        where = ["agent_id IN (SELECT id FROM agents)"]  # a deleted agent takes its approvals with it
+        params: list[Any] = []
+        if status == "pending":
+            where.append("status = 'pending'")
+        elif status == "decided":
+            where.append("status <> 'pending'")
+        for column, value in (("agent_id", agent_id), ("root_run_id", root_run_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if after is not None:
+            created, last_id = after
+            where.append("(created_at > ? OR (created_at = ? AND id > ?))")
+            params += [created, created, last_id]
+        if scope is not None:
+            clause, scope_params = scope.clause()
+            where.append(clause)
+            params += scope_params
+        sql = f"{Q.SELECT} WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
+        async with self.system.store.transaction() as tx:
+            rows = await tx.fetch(sql, (*params, max(0, int(limit))))
         return [_approval(r) for r in rows]
 
     async def approval(self, approval_id: str) -> Approval:

@@ -23,6 +23,7 @@ from stead.extend import (
     Acceptance,
     Agent,
     AgentNotFound,
+    AgentScope,
     AgentSystem,
     Approval,
     ApprovalSource,
@@ -33,6 +34,7 @@ from stead.extend import (
     NotFound,
     Run,
     RunNotFound,
+    RunReader,
     Tx,
     check_storable,
     encode_block,
@@ -58,18 +60,6 @@ log = logging.getLogger("stead.server")
 
 RECORDS_MODULE = "observability"
 _NONE = ""  # a tenant value no tenant can have (names are 1–128 characters)
-
-_RUN_COLS = (
-    "r.id, r.agent_id, r.agent_name, r.parent_run_id, r.parent_step_id, r.status, r.started_at, "
-    "r.completed_at, r.error, r.final_message, r.input_tokens, r.output_tokens, r.cached_tokens, r.cost, "
-    "r.child_input_tokens, r.child_output_tokens, r.child_cached_tokens, r.child_cost, r.iterations, "
-    "r.restarts, r.breadcrumb"
-)
-_LIVE_TOTALS = (
-    "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-    "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(cost), 0), COALESCE(SUM(attempts), 0) "
-    "FROM run_steps WHERE run_id = ? AND type = 'prompt'"
-)
 
 
 def approvals_offered(system: AgentSystem) -> bool:
@@ -197,6 +187,28 @@ class Service:
 
     def tenant(self, stored: str | None) -> str | None:
         return stored if stored is not None else self.auth.default_tenant
+
+    def tenant_scope(self, principal: Principal) -> AgentScope:
+        """The agents of the principal's tenant (an agent the service did not create belongs to the default
+        tenant), as the scope of another plugin's listing: approvals and runs are read through their
+        plugins' pages (`AgentScope`), never from their tables."""
+        return AgentScope(
+            "SELECT a.id FROM agents a LEFT JOIN stead_server_agents s ON s.agent_id = a.id "
+            "WHERE COALESCE(s.tenant, ?) = ?",
+            (self._default(), principal.tenant),
+        )
+
+    def _approval_source(self) -> ApprovalSource:
+        found = next((p for p in self.system.plugins if isinstance(p, ApprovalSource)), None)
+        if found is None:
+            raise ApiError(404, "not_found", "approvals are off on this service")
+        return found
+
+    def _run_reader(self) -> RunReader:
+        found = next((p for p in self.system.plugins if isinstance(p, RunReader)), None)
+        if found is None:
+            raise ApiError(404, "not_found", "run records are off on this service")
+        return found
 
     # ------------------------------------------------------------------ agents
     async def tenant_of(self, agent_id: str) -> str | None:
@@ -484,38 +496,22 @@ class Service:
     ) -> tuple[list[Approval], str | None]:
         """The tenant's approvals, oldest first (cursor on creation time and id). `status`: `pending`,
         `decided` (anything else) or `all`. Agents that were deleted take their approvals with them."""
-        where = ["COALESCE(s.tenant, ?) = ?"]
-        params: list[Any] = [self._default(), principal.tenant]
-        if status == "pending":
-            where.append("p.status = 'pending'")
-        elif status == "decided":
-            where.append("p.status <> 'pending'")
-        if agent_id is not None:
-            where.append("p.agent_id = ?")
-            params.append(agent_id)
-        if root_run_id is not None:
-            where.append("p.root_run_id = ?")
-            params.append(root_run_id)
+        cursor: tuple[float, str] | None = None
         if after is not None:
             created, aid = decode_cursor(after, 2)
             if not isinstance(created, int | float) or not isinstance(aid, str):
                 raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
-            where.append("(p.created_at > ? OR (p.created_at = ? AND p.id > ?))")
-            params += [created, created, aid]
-        async with self.store.transaction() as tx:
-            rows = await tx.fetch(
-                "SELECT p.id FROM approvals p JOIN agents a ON a.id = p.agent_id "
-                "LEFT JOIN stead_server_agents s ON s.agent_id = p.agent_id "
-                f"WHERE {' AND '.join(where)} ORDER BY p.created_at, p.id LIMIT ?",
-                (*params, limit + 1),
-            )
-        items: list[Approval] = []
-        for (approval_id,) in rows[:limit]:
-            try:
-                items.append(await self.system.approval(str(approval_id)))
-            except NotFound:  # pragma: no cover - deleted between the two reads
-                continue
-        nxt = encode_cursor(items[-1].created_at, items[-1].id) if len(rows) > limit and items else None
+            cursor = (float(created), aid)
+        found = await self._approval_source().approvals_page(
+            status="pending" if status == "pending" else "decided" if status == "decided" else None,
+            agent_id=agent_id,
+            root_run_id=root_run_id,
+            after=cursor,
+            limit=limit + 1,
+            scope=self.tenant_scope(principal),
+        )
+        items = found[:limit]
+        nxt = encode_cursor(items[-1].created_at, items[-1].id) if len(found) > limit and items else None
         return items, nxt
 
     async def decide(
@@ -578,40 +574,23 @@ class Service:
     ) -> tuple[list[dict[str, Any]], str | None]:
         if not self.records:
             return [], None
-        where = ["COALESCE(s.tenant, ?) = ?"]
-        params: list[Any] = [self._default(), principal.tenant]
-        if agent_id is not None:
-            where.append("r.agent_id = ?")
-            params.append(agent_id)
-        if status is not None:
-            where.append("r.status = ?")
-            params.append(status)
-        if parent_run_id is not None:
-            where.append("r.parent_run_id = ?")
-            params.append(parent_run_id)
-        if roots:
-            where.append("r.parent_run_id IS NULL")
+        cursor: tuple[float, str] | None = None
         if after is not None:
             started, rid = decode_cursor(after, 2)
             if not isinstance(started, int | float) or not isinstance(rid, str):
                 raise ApiError(422, "invalid_cursor", "the cursor is not one this service issued")
-            where.append("(r.started_at < ? OR (r.started_at = ? AND r.id < ?))")
-            params += [started, started, rid]
-        async with self.store.transaction() as tx:
-            rows = await tx.fetch(
-                f"SELECT {_RUN_COLS} FROM runs r JOIN agents a ON a.id = r.agent_id "
-                "LEFT JOIN stead_server_agents s ON s.agent_id = r.agent_id "
-                f"WHERE {' AND '.join(where)} ORDER BY r.started_at DESC, r.id DESC LIMIT ?",
-                (*params, limit + 1),
-            )
-            out = []
-            for r in rows[:limit]:
-                r = tuple(r)
-                if r[5] == "running":
-                    (t,) = await tx.fetch(_LIVE_TOTALS, (r[0],))
-                    r = (*r[:10], *t[:4], *r[14:18], t[4], *r[19:])
-                out.append(_run_row(r))
-        nxt = encode_cursor(out[-1]["started_at"], out[-1]["id"]) if len(rows) > limit and out else None
+            cursor = (float(started), rid)
+        found = await self._run_reader().runs_page(
+            agent_id=agent_id,
+            status=status,
+            parent_run_id=parent_run_id,
+            roots=roots,
+            before=cursor,
+            limit=limit + 1,
+            scope=self.tenant_scope(principal),
+        )
+        out = [{**run_json(run), "error": public_text(run.error)} for run in found[:limit]]
+        nxt = encode_cursor(out[-1]["started_at"], out[-1]["id"]) if len(found) > limit and out else None
         return out, nxt
 
 
@@ -629,20 +608,3 @@ def _quiet_model_errors(*models: Any) -> Iterator[None]:
                 422, "configuration", "the model cannot be used here (see the server's log)"
             ) from None
         raise
-
-
-def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
-    """A row of `_RUN_COLS` as the run's JSON (`run_json`, its error made public)."""
-    (rid, aid, name, prun, pstep, status, started, completed, error, final) = r[:10]
-    inp, out, cached, cost, cinp, cout, ccached, ccost, iterations, restarts, crumb = r[10:]
-    total = (
-        int(inp) + int(cinp),
-        int(out) + int(cout),
-        int(cached) + int(ccached),
-        float(cost) + float(ccost),
-    )
-    own = (int(inp), int(out), int(cached), float(cost))
-    # Run's fields in order: ids (no session, no conversation), status, times, texts, totals, own, counts
-    run = Run(rid, aid, name, prun, pstep, None, None, status, started, completed, error, final, *total, *own,
-              int(iterations), int(restarts), crumb)  # fmt: skip
-    return {**run_json(run), "error": public_text(error)}
