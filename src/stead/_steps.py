@@ -175,6 +175,7 @@ async def update_step(
     step_id: str,
     *,
     status: str | None = None,
+    input: Any = None,
     output: Any = None,
     error: str | None = None,
     completed_at: float | None = None,
@@ -182,14 +183,16 @@ async def update_step(
     provider: str | None = None,
     target_run_id: str | None = None,
 ) -> None:
-    """Update a step written by `record_step` inside `tx`: its status (a final status sets `completed_at`,
-    now unless given), output, error, the child run it points at, and — for a long-lived `prompt` step —
-    its provider and usage (the totals so far: they replace the stored ones). A no-op with records off."""
+    """Update a step written by `record_step` (or the kernel's prompt step) inside `tx`: its status (a final
+    status sets `completed_at`, now unless given), input (replaced: memory records what it injected into a
+    prompt), output, error, the child run it points at, and — for a long-lived `prompt` step — its
+    provider and usage (the totals so far: they replace the stored ones). A no-op with records off."""
     writer = _WRITERS.get(tx.store)
     if writer is None:
         return
     given = {
         "status": status,
+        "input": input,
         "output": output,
         "error": error,
         "completed_at": completed_at,

@@ -33,6 +33,7 @@ from stead.extend import (
     Tool,
     ToolResultInfo,
     dumps,
+    update_step,
 )
 from stead.memory._api import Memory
 from stead.memory._config import AgentMemory, MemoryConfig, Retrieved
@@ -51,7 +52,6 @@ SCOPE_KEY = "stead.scope"
 """Message metadata key: `{"primary": "account:42", "secondary": {"region": "eu"}}` — the primary and
 secondary scope dimensions a run's first message gives its memory."""
 
-RECORDS_MODULE = "observability"
 CONTEXT_KEY = "memory"
 
 
@@ -195,13 +195,8 @@ class MemoryPlugin(Plugin, Hooks):
         tx = ctx.tx
         if context is None or tx is None or ctx.run_id is None or CONTEXT_KEY not in context.data:
             return
-        if RECORDS_MODULE not in tx.store.modules:
-            return
-        injected = context.data[CONTEXT_KEY]
-        await tx.execute(
-            "UPDATE run_steps SET input_json = ? WHERE run_id = ? AND id = ?",
-            (dumps({"memory": injected}), ctx.run_id, info.inference_id),
-        )
+        # the prompt step records what memory injected (through the run-record seam; none with records off)
+        await update_step(tx, ctx.run_id, info.inference_id, input={"memory": context.data[CONTEXT_KEY]})
 
     async def tool_result_tx(self, ctx: HookContext, info: ToolResultInfo) -> None:
         tx, call = ctx.tx, info.call

@@ -297,6 +297,9 @@ class RecordsWriter:
                 completed_at = fields.get("completed_at")
                 sets.append("completed_at = ?")
                 params.append(completed_at if completed_at is not None else time.time())
+        if fields.get("input") is not None:
+            sets.append("input_json = ?")
+            params.append(_dumps(fields["input"]))
         if fields.get("output") is not None:
             sets.append("output_json = ?")
             params.append(_dumps(fields["output"]))

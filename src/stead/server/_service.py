@@ -58,7 +58,6 @@ __all__ = ["Service", "ServiceConfig", "approvals_offered"]
 
 log = logging.getLogger("stead.server")
 
-RECORDS_MODULE = "observability"
 _NONE = ""  # a tenant value no tenant can have (names are 1–128 characters)
 
 
@@ -548,7 +547,7 @@ class Service:
     # ------------------------------------------------------------------ runs
     @property
     def records(self) -> bool:
-        return RECORDS_MODULE in self.store.modules
+        return any(isinstance(p, RunReader) for p in self.system.plugins)
 
     async def run(self, principal: Principal, run_id: str) -> Run:
         if not self.records:
