@@ -147,6 +147,7 @@ EXTEND = [
     "load_yaml_model",
     "message_json",
     "new_id",
+    "page_query",
     "parent_link",
     "parse_answer",
     "parse_model",

@@ -33,7 +33,7 @@ from stead._plugin import (
     TraceContextSource,
 )
 from stead._runs import Run, RunReader, Step, run_json, step_json
-from stead._scope import AgentScope
+from stead._scope import AgentScope, page_query
 from stead._steps import (
     PARENT_KEY,
     RUN_STATUSES,
@@ -277,6 +277,7 @@ __all__ = [
     "load_yaml_model",
     "message_json",
     "new_id",
+    "page_query",
     "parent_link",
     "parse_answer",
     "parse_model",

@@ -20,6 +20,7 @@ from stead.extend import (
     Run,
     Store,
     bind_step_writer,
+    page_query,
 )
 from stead.observability.queries import get_run, list_runs, page_runs
 from stead.observability.records import (
@@ -85,16 +86,16 @@ class RecordsPlugin(Plugin):
         limit: int = 50,
         scope: AgentScope | None = None,
     ) -> list[Run]:
-        return await page_runs(
-            self._require_store(),
-            agent_id=agent_id,
-            status=status,
-            parent_run_id=parent_run_id,
-            roots=roots,
-            before=before,
-            limit=limit,
+        where, params = page_query(
+            # a deleted agent takes its runs with it
+            conditions=["agent_id IN (SELECT id FROM agents)", *(["parent_run_id IS NULL"] if roots else [])],
+            equal={"agent_id": agent_id, "status": status, "parent_run_id": parent_run_id},
+            time_column="started_at",
+            cursor=before,
+            newest_first=True,
             scope=scope,
         )
+        return await page_runs(self._require_store(), where, params, limit)
 
     async def run(self, run_id: str) -> Run:
         return await get_run(self._require_store(), run_id)

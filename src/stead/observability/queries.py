@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stead.extend import AgentScope, Run, RunNotFound, Step, Store, Tx
+from stead.extend import Run, RunNotFound, Step, Store, Tx
 from stead.observability.records import TOTALS
 
 __all__ = ["Run", "Step", "get_run", "list_runs", "page_runs"]
@@ -136,39 +136,11 @@ async def list_runs(store: Store, agent_id: str | None = None, limit: int = 50) 
     return [_run(r) for r in rows]
 
 
-async def page_runs(
-    store: Store,
-    *,
-    agent_id: str | None = None,
-    status: str | None = None,
-    parent_run_id: str | None = None,
-    roots: bool = False,
-    before: tuple[float, str] | None = None,
-    limit: int = 50,
-    scope: AgentScope | None = None,
-) -> list[Run]:
-    """`RunReader.runs_page`: a page of runs of agents that exist, newest first, before a cursor."""
-    where = ["agent_id IN (SELECT id FROM agents)"]  # a deleted agent takes its runs with it
-    params: list[Any] = []
-    for column, value in (("agent_id", agent_id), ("status", status), ("parent_run_id", parent_run_id)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if roots:
-        where.append("parent_run_id IS NULL")
-    if before is not None:
-        started, last_id = before
-        where.append("(started_at < ? OR (started_at = ? AND id < ?))")
-        params += [started, started, last_id]
-    if scope is not None:
-        clause, scope_params = scope.clause()
-        where.append(clause)
-        params += scope_params
-    sql = (
-        f"SELECT {_RUN_COLS} FROM runs WHERE {' AND '.join(where)} ORDER BY started_at DESC, id DESC LIMIT ?"
-    )
+async def page_runs(store: Store, where: str, params: list[Any], limit: int) -> list[Run]:
+    """`RunReader.runs_page`: the runs a `page_query` selects (live totals for running ones)."""
     async with store.transaction() as tx:
-        rows = await _live(tx, await tx.fetch(sql, (*params, max(0, int(limit)))))
+        rows = await tx.fetch(f"SELECT {_RUN_COLS} FROM runs{where} LIMIT ?", (*params, max(0, int(limit))))
+        rows = await _live(tx, rows)
     return [_run(r) for r in rows]
 
 

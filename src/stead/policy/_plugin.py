@@ -50,6 +50,7 @@ from stead.extend import (
     ToolArgumentError,
     Tx,
     new_id,
+    page_query,
     parent_link,
 )
 from stead.policy import _sql as Q
@@ -248,27 +249,17 @@ class PolicyPlugin(Plugin):
         limit: int = 50,
         scope: AgentScope | None = None,
     ) -> list[Approval]:
-        where = ["agent_id IN (SELECT id FROM agents)"]  # a deleted agent takes its approvals with it
-        params: list[Any] = []
-        if status == "pending":
-            where.append("status = 'pending'")
-        elif status == "decided":
-            where.append("status <> 'pending'")
-        for column, value in (("agent_id", agent_id), ("root_run_id", root_run_id)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if after is not None:
-            created, last_id = after
-            where.append("(created_at > ? OR (created_at = ? AND id > ?))")
-            params += [created, created, last_id]
-        if scope is not None:
-            clause, scope_params = scope.clause()
-            where.append(clause)
-            params += scope_params
-        sql = f"{Q.SELECT} WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
+        kept = {"pending": "status = 'pending'", "decided": "status <> 'pending'"}.get(status or "")
+        where, params = page_query(
+            # a deleted agent takes its approvals with it
+            conditions=["agent_id IN (SELECT id FROM agents)", *([kept] if kept else [])],
+            equal={"agent_id": agent_id, "root_run_id": root_run_id},
+            time_column="created_at",
+            cursor=after,
+            scope=scope,
+        )
         async with self.system.store.transaction() as tx:
-            rows = await tx.fetch(sql, (*params, max(0, int(limit))))
+            rows = await tx.fetch(f"{Q.SELECT}{where} LIMIT ?", (*params, max(0, int(limit))))
         return [_approval(r) for r in rows]
 
     async def approval(self, approval_id: str) -> Approval:
