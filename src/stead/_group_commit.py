@@ -2,8 +2,9 @@
 
 An `Agent` handle validates and copies its input (A7), asks the plugins' validators (`GroupCommit.validate`),
 and hands the result to `GroupCommit.submit`. Submissions from concurrent callers are grouped into one
-transaction: a hundred concurrent senders cost one commit, each message written by the kernel's
-`stead.core.admission.accept`. Optimistically the whole group commits without savepoints; if one
+transaction: a hundred concurrent senders cost one commit, their messages written by the kernel's
+`stead.core.admission.accept_many` in a fixed number of store round trips (senders with a `before`
+callback each get their own). Optimistically the whole group commits without savepoints; if one
 acceptance fails (a refusing activation hook, a store error) the group is rolled back and retried with
 each sender in its own savepoint, so a failure refuses only its own sender. Inside a caller's own open
 transaction nothing is grouped: the acceptance joins that transaction and is published only if it commits
@@ -16,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from stead._plugin import IncomingMessage
-from stead.core.admission import Inbound, accept
+from stead.core.admission import Inbound, accept, accept_many
 from stead.core.runtime import AgentRuntime
 from stead.errors import Closed, ReadOnly, StoreError
 from stead.providers.router import ModelRouter
@@ -82,7 +83,7 @@ class GroupCommit:
                 # A6: inside the caller's transaction; published when (and only if) the caller commits
                 if before is not None:
                     await before(outer)
-                return [await accept(rt, outer, item) for item in items]
+                return await accept_many(outer, [(rt, item) for item in items])
             fut: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
             self._pending.append((rt, items, before, fut))
             if self._flush_task is None:
@@ -143,12 +144,9 @@ class GroupCommit:
     async def _commit_group(self, batch: _Group, *, isolate: bool) -> list[list[bool] | BaseException]:
         outcomes: list[list[bool] | BaseException] = []
         async with self.store.transaction() as tx:
+            if not isolate:
+                return await _accept_senders(tx, batch)
             for rt, items, before, _ in batch:
-                if not isolate:
-                    if before is not None:
-                        await before(tx)
-                    outcomes.append([await accept(rt, tx, item) for item in items])
-                    continue
                 try:
                     async with tx.savepoint():
                         if before is not None:
@@ -159,3 +157,34 @@ class GroupCommit:
                 except Exception as e:
                     outcomes.append(e)
         return outcomes
+
+
+async def _accept_senders(tx: Tx, batch: _Group) -> list[list[bool] | BaseException]:
+    """Every sender's messages, in order, in as few store round trips as their `before` callbacks allow:
+    consecutive senders without one share one `accept_many`; a sender with one gets its own (its callback
+    sees the state the senders before it left, and its messages are accepted right after it)."""
+    outcomes: list[list[bool] | BaseException] = []
+    group: list[tuple[AgentRuntime, Inbound]] = []
+    sizes: list[int] = []
+
+    async def flush() -> None:
+        if not sizes:
+            return
+        created = await accept_many(tx, group)
+        at = 0
+        for n in sizes:
+            outcomes.append(created[at : at + n])
+            at += n
+        group.clear()
+        sizes.clear()
+
+    for rt, items, before, _ in batch:
+        if before is not None:
+            await flush()
+            await before(tx)
+        group.extend((rt, item) for item in items)
+        sizes.append(len(items))
+        if before is not None:
+            await flush()
+    await flush()
+    return outcomes

@@ -597,3 +597,63 @@ async def test_A7_deleted_agent_refuses_calls(db_url: str) -> None:
             await agent.send("gone")
         with pytest.raises(stead.AgentNotFound):
             await system.get(agent.id)
+
+
+# ------------------------------------------------------------------------ batched acceptance (issue 23)
+async def test_A1_a_batch_is_accepted_in_a_fixed_number_of_round_trips(db_url: str) -> None:
+    """40 messages of one delivery (to an agent that is already running) cost the same store round trips
+    as 2 would: one claim statement for their ids, one for their queue entries, one read of the pending
+    record — never a round trip per message; ids seen before are refused and the queue keeps their
+    order."""
+    gate = Gate()
+    system, _ = await open_system(db_url, gate)
+    async with system:
+        agent = await system.create(provider="scripted")
+        await agent.send("first", id="first")
+        await asyncio.wait_for(gate.started.wait(), TIMEOUT)  # the run holds; the queue only grows
+        ids = [new_id() for _ in range(40)]
+        await agent.send("seen before", id=ids[7])
+        stats = getattr(system.store, "stats", None)
+        async with system.store.transaction():  # nothing else reaches the store meanwhile
+            waits = dict(stats.waits) if stats is not None else {}
+            accs = await agent.deliver([stead.Input(f"m{i}", mid) for i, mid in enumerate(ids)])
+            after = dict(stats.waits) if stats is not None else {}
+        assert [a.created for a in accs] == [i != 7 for i in range(40)]
+        if stats is not None:  # PostgreSQL counts its round trips
+            spent = {op: n - waits.get(op, 0) for op, n in after.items() if n != waits.get(op, 0)}
+            assert spent == {"write_if_absent_many": 2, "get_many": 1}
+        queued = [q.id for q in await agent.queued()]
+        assert queued == ["first", ids[7], *(mid for i, mid in enumerate(ids) if i != 7)]
+        gate.release.set()
+        await agent.wait_idle(TIMEOUT)
+
+
+async def test_A1_concurrent_senders_grouped_keep_every_promise(db_url: str) -> None:
+    """Concurrent senders to several idle agents share commits: each message accepted once (a repeated
+    id, in the group or before it, is refused), each agent activated once, and each agent's messages
+    answered in the order they were sent."""
+    recorder = Recorder()
+    system, _ = await open_system(db_url, hooks=[recorder])
+    async with system:
+        agents = [await system.create(provider="scripted") for _ in range(4)]
+        plan = [(agents[i % 4], f"m{i:02d}") for i in range(24)]
+        await plan[0][0].send("early", id="m00")
+
+        async def send(agent: stead.Agent, mid: str) -> stead.Acceptance:
+            return await agent.send(f"text {mid}", id=mid)
+
+        accs = await asyncio.gather(*(send(a, mid) for a, mid in plan), send(agents[1], "m01"))
+        created = [a.created for a in accs]
+        assert created[0] is False  # sent before the group
+        assert created[1] != created[-1]  # m01 twice in the group: exactly one of them is accepted
+        assert all(created[2:-1])
+        for agent in agents:
+            await agent.wait_idle(TIMEOUT)
+        for n, agent in enumerate(agents):
+            users = [m.id for m in await agent.history() if m.role == "user"]
+            assert users == [f"m{i:02d}" for i in range(n, 24, 4)]
+        # each activation starts one run that settles: an agent is never activated twice at once
+        activated = [e.run_id for e in recorder.events if isinstance(e, stead.Activated)]
+        settled = [e.run_id for e in recorder.events if isinstance(e, stead.Settled)]
+        assert sorted(activated) == sorted(settled) and len(set(activated)) == len(activated)
+        assert {ctx.agent_id for ctx in recorder.activations} == {a.id for a in agents}

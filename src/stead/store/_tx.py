@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -43,6 +43,19 @@ class TxBase:
 
     def savepoint(self) -> AbstractAsyncContextManager[None]:
         return Savepoint(self)
+
+    # -- batch operations: one after another unless the dialect does better (PostgreSQL: one statement)
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> list[str | None]:
+        return [await self.get(agent_id, key) for agent_id, key in keys]
+
+    async def write_if_absent_many(self, rows: Sequence[tuple[str, str, str]]) -> list[bool]:
+        return [await self.write_if_absent(agent_id, key, value) for agent_id, key, value in rows]
+
+    async def get(self, agent_id: str, key: str) -> str | None:
+        raise NotImplementedError
+
+    async def write_if_absent(self, agent_id: str, key: str, value: str) -> bool:
+        raise NotImplementedError
 
     # -- dialect hooks
     async def _sp_begin(self, name: str) -> None:

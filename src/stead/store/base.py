@@ -62,6 +62,10 @@ class Tx(Protocol):
 
     # --- per-agent ordered KV -------------------------------------------------------------------
     async def get(self, agent_id: str, key: str) -> str | None: ...
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> list[str | None]:
+        """`get` of each `(agent_id, key)`, in order (one round trip where the store can)."""
+        ...
+
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
         """Entries whose key starts with `prefix`, sorted by key."""
         ...
@@ -73,6 +77,12 @@ class Tx(Protocol):
     async def write(self, agent_id: str, key: str, value: str) -> None: ...
     async def write_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """Write only if the key is absent; return whether this call wrote. The store arbitrates races."""
+        ...
+
+    async def write_if_absent_many(self, rows: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """`write_if_absent` of each `(agent_id, key, value)`, in order, as if one after another: True
+        where this call wrote (a key given twice is written by its first row only). One round trip where
+        the store can (PostgreSQL: one `INSERT … ON CONFLICT DO NOTHING RETURNING`)."""
         ...
 
     async def delete(self, agent_id: str, key: str) -> bool:

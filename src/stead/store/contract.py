@@ -166,6 +166,42 @@ async def check_kv(store: Store) -> None:
         _eq(c, "committed keys", [k for k, _ in await tx.read_prefix(a, "")], ["kv.c.10.a", "kv.c.2.a"])
 
 
+async def check_batches(store: Store) -> None:
+    """`write_if_absent_many` and `get_many`: the answers of the single operations one after another, in
+    order — a present key is not written, a key given twice is written by its first row only — and what
+    a rolled-back batch wrote is gone."""
+    c = "batches"
+    a, b = _ids(2)
+    async with store.transaction() as tx:
+        await tx.write(a, "taken", "old")
+        _eq(c, "write_if_absent_many of nothing", await tx.write_if_absent_many([]), [])
+        _eq(c, "get_many of nothing", await tx.get_many([]), [])
+        won = await tx.write_if_absent_many(
+            [(a, "m1", "x"), (a, "taken", "new"), (b, "m1", "y"), (a, "m1", "again"), (a, "m2", "z")]
+        )
+        _eq(c, "write_if_absent_many answers (in order; a repeated key: its first row)", won,
+            [True, False, True, False, True])  # fmt: skip
+        _eq(
+            c,
+            "get_many after write_if_absent_many",
+            await tx.get_many([(a, "m1"), (a, "taken"), (b, "m1"), (a, "absent"), (a, "m2"), (a, "m1")]),
+            ["x", "old", "y", None, "z", "x"],
+        )
+    async with store.transaction() as tx:
+        _eq(c, "committed batch", await tx.get_many([(a, "m1"), (b, "m1")]), ["x", "y"])
+        _eq(c, "the same batch again", await tx.write_if_absent_many([(a, "m1", "x"), (b, "m2", "w")]),
+            [False, True])  # fmt: skip
+
+    async def rolled_back() -> None:
+        async with store.transaction() as tx:
+            await tx.write_if_absent_many([(a, "lost", "1"), (b, "lost", "2")])
+            raise _Boom
+
+    await _raises_boom(c, rolled_back)
+    async with store.transaction() as tx:
+        _eq(c, "a rolled-back batch", await tx.get_many([(a, "lost"), (b, "lost")]), [None, None])
+
+
 async def check_history(store: Store) -> None:
     """The append-only history: append in order (across transactions), per agent, clear, load_before
     pages from the end, and a rolled-back append leaves nothing behind."""
@@ -558,6 +594,7 @@ async def check_isolation(store: Store) -> None:
 CHECKS: tuple[Callable[[Store], Awaitable[None]], ...] = (
     check_attributes,
     check_kv,
+    check_batches,
     check_history,
     check_archive,
     check_agents,

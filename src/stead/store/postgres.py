@@ -682,6 +682,23 @@ class _PgTx(TxBase):
         )
         return None if not rows else str(rows[0][0])
 
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> list[str | None]:
+        """One round trip for all of `keys` (each agent fenced as by `get`)."""
+        if not keys:
+            return []
+        conn: Conn | None = None
+        for agent_id in dict.fromkeys(a for a, _ in keys):
+            conn = await self._c("get_many", agent_id)
+        assert conn is not None
+        rows = await self._rows(
+            conn,
+            b"SELECT k.agent_id, k.key, kv.value FROM unnest(%s::text[], %s::text[]) AS k(agent_id, key) "
+            b"JOIN kv ON kv.agent_id = k.agent_id AND kv.key = k.key",
+            ([a for a, _ in keys], [k for _, k in keys]),
+        )
+        found = {(str(r[0]), str(r[1])): str(r[2]) for r in rows}
+        return [found.get((a, k)) for a, k in keys]
+
     async def read_prefix(self, agent_id: str, prefix: str) -> list[tuple[str, str]]:
         conn = await self._c("read_prefix", agent_id)
         rows = await self._rows(
@@ -717,6 +734,29 @@ class _PgTx(TxBase):
             (agent_id, key, value),
         )
         return bool(rows)
+
+    async def write_if_absent_many(self, rows: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """One `INSERT … ON CONFLICT DO NOTHING RETURNING` for all of `rows` (each agent fenced and
+        row-locked as by `write_if_absent`); a key given twice is offered once, by its first row."""
+        if not rows:
+            return []
+        conn: Conn | None = None
+        for agent_id in dict.fromkeys(a for a, _, _ in rows):
+            conn = await self._w("write_if_absent_many", agent_id)
+        assert conn is not None
+        first: dict[tuple[str, str], int] = {}
+        for i, (agent_id, key, _) in enumerate(rows):
+            first.setdefault((agent_id, key), i)
+        offered = [rows[i] for i in first.values()]
+        written = await self._rows(
+            conn,
+            b"INSERT INTO kv(agent_id, key, value) "
+            b"SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
+            b"ON CONFLICT DO NOTHING RETURNING agent_id, key",
+            ([r[0] for r in offered], [r[1] for r in offered], [r[2] for r in offered]),
+        )
+        won = {(str(r[0]), str(r[1])) for r in written}
+        return [first[(a, k)] == i and (a, k) in won for i, (a, k, _) in enumerate(rows)]
 
     async def delete(self, agent_id: str, key: str) -> bool:
         conn = await self._w("delete", agent_id)
