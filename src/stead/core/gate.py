@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from stead.core.codec import decode_fields, encode_fields, stored
 from stead.core.records import TOOL
 from stead.messages import ToolCall, dumps, encode_block
 from stead.store.base import Tx
@@ -40,12 +41,12 @@ GATE_KEY = "w"
 class Gate:
     """How the layer above gates one call of a batch. Build with `Gate.ask(...)` or `Gate.deny(...)`."""
 
-    state: GateState
-    text: str = ""
+    state: GateState = stored("s")
+    text: str = stored("x", default="", decode=str, omit_empty=True)
     """`deny`: the error result the call gets. `ask`: why a decision is needed (shown to reviewers)."""
-    ref: str | None = None
+    ref: str | None = stored("r", default=None)
     """The deciding layer's own id for this call (an approval id); carried on events."""
-    note: str | None = None
+    note: str | None = stored("n", default=None)
     """`go`/`run`: a line the result starts with (e.g. that a reviewer edited the arguments)."""
 
     @staticmethod
@@ -66,20 +67,13 @@ class Gate:
         return replace(self, **changes)
 
     def encode(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"s": self.state}
-        if self.text:
-            d["x"] = self.text
-        if self.ref is not None:
-            d["r"] = self.ref
-        if self.note is not None:
-            d["n"] = self.note
-        return d
+        return encode_fields(self)
 
     @staticmethod
     def decode(data: Any) -> Gate | None:
         if not isinstance(data, dict) or data.get("s") not in ("ask", "deny", "go", "run"):
             return None
-        return Gate(data["s"], str(data.get("x", "")), data.get("r"), data.get("n"))
+        return decode_fields(Gate, data)
 
 
 def encode_entry(call: ToolCall, gate: Gate | None) -> str:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
+from stead.core.codec import Stored, encode_fields, stored
 from stead.core.outcome import Outcome
 from stead.messages import (
     Block,
@@ -402,49 +403,62 @@ def input_record(
 
 
 # ------------------------------------------------------------------------------------- typed records
-# One dataclass per record kind, `decode(raw)` from the stored dict and `encode()` back to it (the same dict:
-# `decode_record(raw).encode() == raw` for every record the kernel writes). For readers of the history off
+# One dataclass per record kind, stored by the small codec (`stead.core.codec`): `decode(raw)` from the
+# stored dict and `encode()` back to it (the same dict: `decode_record(raw).encode() == raw` for every
+# record the kernel writes). For readers of the history off
 # the hot path (compaction, run results, recall, plugins through `stead.extend`). The kernel's per-turn
 # readers (`MessageBuilder`, the mirror, the context estimate) keep reading the dicts directly, and its
 # hot writers build them directly (`result_record`, `input_record`, `stead.core.response.block_records`):
 # an object per record there would cost every response; tests pin both to these classes.
 
 
+class _Record(Stored):
+    """A history record kind: `k` first, then its fields (`stead.core.codec`)."""
+
+    __slots__ = ()
+
+    KIND: ClassVar[str]
+
+    def encode(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"k": self.KIND}
+        out.update(encode_fields(self))
+        return out
+
+
+def _blocks(raw: list[dict[str, Any]]) -> list[Block]:
+    return [decode_block(b) for b in raw]
+
+
+def _encoded_blocks(blocks: list[Block]) -> list[dict[str, Any]]:
+    return [encode_block(b) for b in blocks]
+
+
+def _tool_result(raw: dict[str, Any]) -> ToolResult:
+    block = decode_block(raw)
+    if not isinstance(block, ToolResult):
+        raise ValueError(f"a tool-result record holds {block!r}")
+    return block
+
+
+def _value(outcome: Outcome) -> str:
+    return outcome.value
+
+
 @dataclass(frozen=True, slots=True)
-class InputRecord:
+class InputRecord(_Record):
     """`u`: consumed input — a user or system message, the run that consumed it, who sent it. `cut`: the
     characters a compaction clamped from its text."""
 
-    id: str
-    role: Role
-    content: list[Block]
-    metadata: dict[str, Any] | None = None
-    run_id: str | None = None
-    user: str | None = None
-    tenant: str | None = None
-    cut: int | None = None
+    id: str = stored("id")
+    role: Role = stored("r")
+    content: list[Block] = stored("c", encode=_encoded_blocks, decode=_blocks)
+    metadata: dict[str, Any] | None = stored("m", default=None, omit_empty=True)
+    run_id: str | None = stored("run", default=None)
+    user: str | None = stored("us", default=None)
+    tenant: str | None = stored("tn", default=None)
+    cut: int | None = stored("cut", default=None)
 
     KIND: ClassVar[str] = "u"
-
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> InputRecord:
-        return InputRecord(
-            raw["id"],
-            raw["r"],
-            [decode_block(b) for b in raw["c"]],
-            raw.get("m"),
-            raw.get("run"),
-            raw.get("us"),
-            raw.get("tn"),
-            raw.get("cut"),
-        )
-
-    def encode(self) -> dict[str, Any]:
-        content = [encode_block(b) for b in self.content]
-        rec = input_record(self.id, self.role, content, self.metadata, self.run_id, self.user, self.tenant)
-        if self.cut is not None:
-            rec["cut"] = self.cut
-        return rec
 
     def message(self) -> Message:
         """The input as the conversation shows it."""
@@ -459,139 +473,65 @@ class InputRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class BlockRecord:
+class BlockRecord(_Record):
     """`b`: one completed assistant block of inference `inference_id`; the last block of a response carries
     its `usage` and, when the output cap cut it, `finish="length"`."""
 
-    inference_id: str
-    block: Block
-    usage: Usage | None = None
-    finish: str | None = None
-    cut: int | None = None
+    inference_id: str = stored("i")
+    block: Block = stored("b", encode=encode_block, decode=decode_block)
+    usage: Usage | None = stored("u", default=None, encode=encode_usage, decode=decode_usage)
+    finish: str | None = stored("f", default=None)
+    cut: int | None = stored("cut", default=None)
 
     KIND: ClassVar[str] = "b"
 
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> BlockRecord:
-        u = raw.get("u")
-        return BlockRecord(
-            raw["i"],
-            decode_block(raw["b"]),
-            None if u is None else decode_usage(u),
-            raw.get("f"),
-            raw.get("cut"),
-        )
-
-    def encode(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {"k": "b", "i": self.inference_id, "b": encode_block(self.block)}
-        if self.usage is not None:
-            rec["u"] = encode_usage(self.usage)
-        if self.finish is not None:
-            rec["f"] = self.finish
-        if self.cut is not None:
-            rec["cut"] = self.cut
-        return rec
-
 
 @dataclass(frozen=True, slots=True)
-class ResultRecord:
+class ResultRecord(_Record):
     """`t`: one tool result. `cut`: the length of the whole output when a compaction shortened it (the
     original stays in the archive: `recall_tool_result`)."""
 
-    result: ToolResult
-    cut: int | None = None
+    result: ToolResult = stored("b", encode=encode_block, decode=_tool_result)
+    cut: int | None = stored("cut", default=None)
 
     KIND: ClassVar[str] = "t"
 
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> ResultRecord:
-        block = decode_block(raw["b"])
-        if not isinstance(block, ToolResult):
-            raise ValueError(f"a tool-result record holds {block!r}")
-        return ResultRecord(block, raw.get("cut"))
-
-    def encode(self) -> dict[str, Any]:
-        rec = result_record(self.result)
-        if self.cut is not None:
-            rec["cut"] = self.cut
-        return rec
-
 
 @dataclass(frozen=True, slots=True)
-class NoteRecord:
+class NoteRecord(_Record):
     """`s`: a system note (a failed turn, a handoff that opens a reset conversation)."""
 
-    text: str
-    cut: int | None = None
+    text: str = stored("x")
+    cut: int | None = stored("cut", default=None)
 
     KIND: ClassVar[str] = "s"
 
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> NoteRecord:
-        return NoteRecord(raw["x"], raw.get("cut"))
-
-    def encode(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {"k": "s", "x": self.text}
-        if self.cut is not None:
-            rec["cut"] = self.cut
-        return rec
-
 
 @dataclass(frozen=True, slots=True)
-class EndRecord:
+class EndRecord(_Record):
     """`e`: the end of run `run_id` (settlement): its outcome, error and final payload."""
 
-    run_id: str
-    outcome: Outcome
-    error: str | None = None
-    payload: Any = None
+    run_id: str = stored("run", decode=str)
+    outcome: Outcome = stored("o", default=Outcome.COMPLETED, always=True, encode=_value, decode=Outcome)
+    error: str | None = stored("x", default=None)
+    payload: Any = stored("p", default=None)
 
     KIND: ClassVar[str] = "e"
 
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> EndRecord:
-        return EndRecord(
-            str(raw.get("run")),
-            Outcome(str(raw.get("o", Outcome.COMPLETED.value))),
-            raw.get("x"),
-            raw.get("p"),
-        )
-
-    def encode(self) -> dict[str, Any]:
-        return end_record(self.run_id, self.outcome, self.error, self.payload)
-
 
 @dataclass(frozen=True, slots=True)
-class CompactionRecord:
+class CompactionRecord(_Record):
     """`c`: the first record after compaction `id`: `n` records were written (itself and the kept ones),
     why (`reason`), the summary when there is one, and the estimated tokens before and after."""
 
-    id: str
-    n: int = 1
-    reason: str | None = None
-    summary: str | None = None
-    tokens_before: int | None = None
-    tokens_after: int | None = None
+    id: str = stored("id")
+    n: int = stored("n", default=1, always=True, decode=int)
+    reason: str | None = stored("r", default=None)
+    summary: str | None = stored("x", default=None)
+    tokens_before: int | None = stored("tb", default=None)
+    tokens_after: int | None = stored("ta", default=None)
 
     KIND: ClassVar[str] = "c"
-
-    @staticmethod
-    def decode(raw: dict[str, Any]) -> CompactionRecord:
-        return CompactionRecord(
-            raw["id"], int(raw.get("n", 1)), raw.get("r"), raw.get("x"), raw.get("tb"), raw.get("ta")
-        )
-
-    def encode(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {"k": "c", "id": self.id, "n": self.n}
-        if self.reason is not None:
-            rec["r"] = self.reason
-        if self.summary is not None:
-            rec["x"] = self.summary
-        if self.tokens_before is not None:
-            rec["tb"] = self.tokens_before
-        if self.tokens_after is not None:
-            rec["ta"] = self.tokens_after
-        return rec
 
     def message(self) -> Message | None:
         """The conversation's view of it: one system message with the summary (None without one)."""
