@@ -243,17 +243,15 @@ async def test_events_stream_live_events_and_ends_when_the_system_closes(db_url:
     system = await stead.open(db_url, providers={"scripted": provider})
     agent = await system.create(provider="scripted")
     events = agent.events()
-    seen: list[stead.Event] = []
 
-    async def consume() -> None:
-        async for ev in events:
-            seen.append(ev)
+    async def consume() -> list[stead.Event]:
+        return [ev async for ev in events]
 
     consumer = asyncio.create_task(consume())
     await agent.send("hi")
     await agent.wait_idle(TIMEOUT)
     await system.close()
-    await asyncio.wait_for(consumer, TIMEOUT)  # the stream ended with the system
+    seen = await asyncio.wait_for(consumer, TIMEOUT)  # the stream ended with the system
     assert [e.type for e in seen] == [
         "activated",
         "text_delta",

@@ -1,13 +1,16 @@
 """Public tiers (issue 8): `stead` (daily use), `stead.extend` (plugin authors), `stead.testing` (scripted
 models, fault injection). Each tier's `__all__` is pinned and also derived from the module, so an accidental
 new public name fails; each public class and function reports its tier as `__module__`; `import stead`
-stays light."""
+stays light.
+
+The pins are `tests/api/stead.extend.txt` and `tests/api/stead.testing.txt`."""
 
 from __future__ import annotations
 
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -16,165 +19,17 @@ import stead
 import stead.extend
 import stead.testing
 
-EXTEND = [
-    "CHANGES_KEY",
-    "PARENT_KEY",
-    "PAYLOAD_METADATA_KEY",
-    "PERMISSION_MODES",
-    "RUN_PAYLOAD_KEY",
-    "RUN_STATUSES",
-    "SESSION_KEY",
-    "STEP_TYPES",
-    "STEP_TYPE_KEY",
-    "SUPPORTED_MODEL_OPTIONS",
-    "Acceptance",
-    "Agent",
-    "AgentConfig",
-    "AgentNotFound",
-    "AgentRow",
-    "AgentScope",
-    "AgentSystem",
-    "Approval",
-    "ApprovalSource",
-    "ApprovalStatus",
-    "AwaitingInputInfo",
-    "BeforeToolCallInfo",
-    "Block",
-    "BlockEnd",
-    "BlockInfo",
-    "BlockRecord",
-    "BlockReset",
-    "CallDecidedInfo",
-    "CallKV",
-    "Capabilities",
-    "Closed",
-    "CompactionInfo",
-    "CompactionRecord",
-    "ConfigurationError",
-    "Decision",
-    "DefinitionError",
-    "DefinitionSource",
-    "Done",
-    "EndRecord",
-    "Event",
-    "FleetLease",
-    "Gate",
-    "GateCallInfo",
-    "HistoryRecord",
-    "HookContext",
-    "Hooks",
-    "IncomingMessage",
-    "Input",
-    "InputRecord",
-    "InstructionsInfo",
-    "InvalidInput",
-    "MemorySource",
-    "Message",
-    "MessageConsumedInfo",
-    "Migrations",
-    "ModelChangedInfo",
-    "NotFound",
-    "NoteRecord",
-    "OfferedToolsInfo",
-    "OptionError",
-    "OtherRecord",
-    "Outcome",
-    "OwnerNotify",
-    "PermissionModeChangedInfo",
-    "Plugin",
-    "Prices",
-    "Provider",
-    "ProviderError",
-    "ProviderRequest",
-    "ReadOnly",
-    "RealtimeSessionHandle",
-    "RealtimeSource",
-    "Reasoning",
-    "ReasoningDelta",
-    "ResponseInfo",
-    "ResultRecord",
-    "Route",
-    "Run",
-    "RunContext",
-    "RunNotFound",
-    "RunReader",
-    "RunResult",
-    "RuntimeChange",
-    "ScriptedFileOf",
-    "ScriptedReply",
-    "ScriptedRuleOf",
-    "ScriptedToolCall",
-    "ScriptedWhen",
-    "Settled",
-    "SettledInfo",
-    "SteadError",
-    "Step",
-    "StepWriter",
-    "Store",
-    "StoreClass",
-    "StoreError",
-    "StreamEvent",
-    "Text",
-    "TextDelta",
-    "Tool",
-    "ToolArgumentError",
-    "ToolCall",
-    "ToolContext",
-    "ToolDispatchedInfo",
-    "ToolFinished",
-    "ToolOutputInfo",
-    "ToolResult",
-    "ToolResultInfo",
-    "ToolSpec",
-    "ToolStarted",
-    "TraceContextSource",
-    "Tx",
-    "Usage",
-    "UsageEvent",
-    "YamlDocument",
-    "answer_errors",
-    "bind_step_writer",
-    "block_json",
-    "call_gates",
-    "check_model_options",
-    "check_storable",
-    "decode_changes",
-    "decode_record",
-    "dumps",
-    "encode_block",
-    "end_run",
-    "load_catalog",
-    "load_yaml_model",
-    "message_json",
-    "new_id",
-    "page_query",
-    "parent_link",
-    "parse_answer",
-    "parse_model",
-    "parse_spec",
-    "read_yaml",
-    "record_guardrail",
-    "record_run",
-    "record_step",
-    "rename_step",
-    "render_output",
-    "run_json",
-    "schema_problem",
-    "step_json",
-    "step_writer",
-    "tool",
-    "unsupported_options",
-    "update_step",
-    "usage_json",
-]
-TESTING = [
-    "Faults",
-    "ScriptedProvider",
-    "ScriptedResponse",
-    "StoreCrashed",
-    "check_store",
-    "load_scripted_model",
-]
+API = Path(__file__).parent / "api"
+
+
+def pinned(tier: str) -> list[str]:
+    """The pinned `__all__` of `tier`: `tests/api/<tier>.txt`, one name a line (a change to a tier is a
+    change to that file, reviewed as such)."""
+    return (API / f"{tier}.txt").read_text().split()
+
+
+EXTEND = pinned("stead.extend")
+TESTING = pinned("stead.testing")
 TIERS = [stead, stead.extend, stead.testing]
 
 

@@ -26,6 +26,11 @@ import httpx
 __all__ = ["Client", "ServerEvent", "ServiceError"]
 
 
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that were given (not None): the optional parts of a request body or query."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 class ServiceError(Exception):
     """An error answer of the service (an RFC 9457 problem)."""
 
@@ -128,17 +133,12 @@ class Client:
         **settings: Any,
     ) -> dict[str, Any]:
         """`POST /v1/agents`: from a definition, or from settings (`model`, `instructions`, `tools`, …)."""
-        body: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
-        for key, value in (("definition", definition), ("data", data), ("id", id)):
-            if value is not None:
-                body[key] = value
+        body = _given(**settings, definition=definition, data=data, id=id)
         result: dict[str, Any] = await self._json("POST", "/v1/agents", json=body)
         return result
 
     async def list_agents(self, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
-        params: dict[str, Any] = {"limit": limit}
-        if after is not None:
-            params["after"] = after
+        params = {"limit": limit, **_given(after=after)}
         result: dict[str, Any] = await self._json("GET", "/v1/agents", params=params)
         return result
 
@@ -176,13 +176,13 @@ class Client:
     ) -> dict[str, Any]:
         """`POST /v1/agents/{id}/messages`; returns `{message_id, created, mode, agent_state,
         events_after}`."""
-        body: dict[str, Any] = {"content": content, "mode": mode, "role": role, "if_busy": if_busy}
-        if id is not None:
-            body["id"] = id
-        if metadata is not None:
-            body["metadata"] = metadata
-        if settings is not None:
-            body["settings"] = settings
+        body = {
+            "content": content,
+            "mode": mode,
+            "role": role,
+            "if_busy": if_busy,
+            **_given(id=id, metadata=metadata, settings=settings),
+        }
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         result: dict[str, Any] = await self._json(
             "POST", f"/v1/agents/{agent_id}/messages", json=body, headers=headers
@@ -206,9 +206,7 @@ class Client:
         return result
 
     async def history(self, agent_id: str, *, after: int | None = None, limit: int = 100) -> dict[str, Any]:
-        params: dict[str, Any] = {"limit": limit}
-        if after is not None:
-            params["after"] = after
+        params = {"limit": limit, **_given(after=after)}
         result: dict[str, Any] = await self._json("GET", f"/v1/agents/{agent_id}/messages", params=params)
         return result
 
@@ -250,13 +248,11 @@ class Client:
         limit: int = 50,
     ) -> dict[str, Any]:
         """`GET /v1/approvals`: one page (`items`, `next_cursor`)."""
-        params: dict[str, Any] = {"status": status, "limit": limit}
-        if agent_id is not None:
-            params["agent_id"] = agent_id
-        if root_run_id is not None:
-            params["root_run_id"] = root_run_id
-        if after is not None:
-            params["after"] = after
+        params = {
+            "status": status,
+            "limit": limit,
+            **_given(agent_id=agent_id, root_run_id=root_run_id, after=after),
+        }
         result: dict[str, Any] = await self._json("GET", "/v1/approvals", params=params)
         return result
 
@@ -292,11 +288,7 @@ class Client:
         """`POST /v1/approvals/{id}/decision` with `approve` or `deny`; returns `{approval, decided}`
         (`decided: false`: the same decision had been made before). Another decision made first raises
         `ServiceError` 409 `approval_decided`."""
-        body: dict[str, Any] = {"decision": decision}
-        if reason is not None:
-            body["reason"] = reason
-        if edited_arguments is not None:
-            body["edited_arguments"] = edited_arguments
+        body = {"decision": decision, **_given(reason=reason, edited_arguments=edited_arguments)}
         result: dict[str, Any] = await self._json("POST", f"/v1/approvals/{approval_id}/decision", json=body)
         return result
 

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 import stead
 from stead.core.batch import IN_DOUBT_TEXT
 from stead.core.records import full_records
+from stead.extend import SettledInfo
 from stead.messages import ToolCall, ToolResult, decode_block
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse, _events
 from tests.chaos.requests import RequestLog, Stored, check_requests, read_requests, stored_from_records
@@ -353,8 +354,8 @@ class Ledger(KVLedger):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         await self._log(ctx, ["a", ctx.run_id, ctx.restored, World.inc])
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-        await self._log(ctx, ["s", ctx.run_id, error, World.inc])
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        await self._log(ctx, ["s", ctx.run_id, info.error, World.inc])
 
     def on_event(self, agent_id: str, event: stead.Event) -> None:
         if event.type in ("block_end", "tool_finished", "settled", "activated", "done", "message_consumed"):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import stead
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider
 from tests.chaos import harness as H
 
@@ -124,8 +125,8 @@ class _Recorder(stead.Hooks):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         self.events.append(("activated", ctx.run_id, ctx.restored))
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-        self.events.append(("settled", ctx.run_id, error))
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        self.events.append(("settled", ctx.run_id, info.error))
 
 
 async def test_a_restored_period_aborted_before_its_first_stage(db_url: str) -> None:

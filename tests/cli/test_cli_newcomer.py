@@ -13,9 +13,11 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -24,8 +26,9 @@ from stead.messages import Text, ToolCall
 from stead.providers.scripted import ScriptedProvider
 from stead.store.sqlite import SCHEMA_VERSION
 from tests.fakes import Reply
-from tests.fakes.cli import STEAD, cli_env, run_cli, write_waiting_agent
+from tests.fakes.cli import STEAD, cli_env, empty_store, run_cli, write_waiting_agent
 from tests.fakes.openai_server import OpenAIFakeServer
+from tests.fakes.postgres import raw_rows
 from tests.fakes.slow_owner import AGENT_ID, ANSWER, MESSAGE_ID, SlowOwner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,13 +156,6 @@ def test_read_commands_inspect_a_store_while_its_owner_runs_a_slow_tool(tmp_path
 
 
 # ------------------------------------------------------------------------------------------ item 3
-def _stead_store(path: Path) -> None:
-    async def make() -> None:
-        await (await stead.open(f"sqlite:///{path}")).close()
-
-    asyncio.run(make())
-
-
 def test_read_commands_never_create_or_alter_a_database(tmp_path: Path) -> None:
     for command in (["agents"], ["history", "x"], ["runs"], ["runs", "show", "x"]):
         result = run_cli(*command, "--db", "typo.db", cwd=tmp_path)
@@ -170,10 +166,7 @@ def test_read_commands_never_create_or_alter_a_database(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
     other = tmp_path / "app.db"
-    conn = sqlite3.connect(other)
-    conn.execute("CREATE TABLE customers(id INTEGER)")
-    conn.commit()
-    conn.close()
+    raw_rows(other, "CREATE TABLE customers(id INTEGER)")  # another application's database
     before = other.read_bytes()
     result = run_cli("agents", "--db", str(other), cwd=tmp_path)
     assert one_error_line(result) == (
@@ -183,11 +176,8 @@ def test_read_commands_never_create_or_alter_a_database(tmp_path: Path) -> None:
     assert other.read_bytes() == before
 
     newer = tmp_path / "newer.db"
-    _stead_store(newer)
-    conn = sqlite3.connect(newer)
-    conn.execute("UPDATE stead_meta SET value='7' WHERE key='schema_version'")
-    conn.commit()
-    conn.close()
+    empty_store(newer)
+    raw_rows(newer, "UPDATE stead_meta SET value='7' WHERE key='schema_version'")
     result = run_cli("runs", "--db", str(newer), cwd=tmp_path)
     assert one_error_line(result) == (
         f"error: {newer} has schema version 7, newer than this stead's {SCHEMA_VERSION}; upgrade stead"
@@ -219,7 +209,7 @@ def test_database_file_errors_are_one_line(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "junk.db"]  # nothing created
 
     damaged = tmp_path / "damaged.db"
-    _stead_store(damaged)
+    empty_store(damaged)
     data = bytearray(damaged.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)
     damaged.write_bytes(bytes(data))
@@ -358,7 +348,11 @@ def test_model_without_its_key_is_one_line_naming_it(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ interrupts
-def _start_waiting_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+@contextmanager
+def _waiting_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], IO[str], Path, Path]]:
+    """`stead run` of an agent whose tool call waits for the file `flag`, once that call is running: yields
+    the process, its stderr, `flag` and the definition; the process is killed on the way out if it still
+    runs."""
     flag = tmp_path / "go"
     definition = write_waiting_agent(tmp_path / "defs", flag)
     proc = subprocess.Popen(
@@ -370,27 +364,26 @@ def _start_waiting_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Pat
         text=True,
     )
     assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.startswith("→ wait_for_go("):
-            break
-    return proc, flag, definition
+    try:
+        for line in proc.stderr:
+            if line.startswith("→ wait_for_go("):
+                break
+        yield proc, proc.stderr, flag, definition
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_sigterm_drains_then_names_the_agent_to_continue(tmp_path: Path) -> None:
-    proc, flag, definition = _start_waiting_run(tmp_path)
-    assert proc.stderr is not None
-    try:
+    with _waiting_run(tmp_path) as (proc, stderr, flag, definition):
         proc.send_signal(signal.SIGTERM)
-        line = proc.stderr.readline()
+        line = stderr.readline()
         assert line.startswith("SIGTERM: stopping agent ") and "at its next safe point" in line
         assert "Press Ctrl-C again to exit at once" in line
         agent_id = line.split()[3]
         flag.touch()  # the running tool call finishes; the agent stops before asking the model again
-        rest = proc.stderr.read()
+        rest = stderr.read()
         assert proc.wait(timeout=30) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert f"error: interrupted (accepted work is durable: continue it with --agent {agent_id})" in rest
     resumed = run_cli("run", str(definition), "--agent", agent_id, "--db", "w.db", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -398,19 +391,14 @@ def test_sigterm_drains_then_names_the_agent_to_continue(tmp_path: Path) -> None
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
-    proc, _, _ = _start_waiting_run(tmp_path)
-    assert proc.stderr is not None
-    try:
+    with _waiting_run(tmp_path) as (proc, stderr, _, _):
         proc.send_signal(signal.SIGINT)
-        first = proc.stderr.readline()
+        first = stderr.readline()
         assert first.startswith("Ctrl-C: stopping agent ") and "the model response or tool call" in first
         agent_id = first.split()[3]
         proc.send_signal(signal.SIGINT)  # the tool is still running: exit without waiting for it
-        rest = proc.stderr.read()
+        rest = stderr.read()
         assert proc.wait(timeout=30) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert f"exiting at once; accepted work is durable: continue it with --agent {agent_id}" in rest
     listed = json.loads(run_cli("agents", "--json", "--db", "w.db", cwd=tmp_path).stdout)
     assert [(a["id"], a["active"]) for a in listed] == [(agent_id, True)]

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 import stead
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import url_of
 from tests.fakes.crash_points import KVLedger, crash
+from tests.fakes.tools import hang
 from tests.tools.test_tools import FAST_RETRY, TIMEOUT, assert_one_result_per_call, calls_then_text
 
 
@@ -22,8 +24,8 @@ class Ledger(KVLedger):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         await self._log(ctx, ["activated", ctx.run_id, ctx.restored])
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-        await self._log(ctx, ["settled", ctx.run_id, error])
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        await self._log(ctx, ["settled", ctx.run_id, info.error])
 
 
 class EventLog(stead.Hooks):
@@ -47,6 +49,15 @@ async def queued_ids(system: stead.AgentSystem, agent_id: str) -> list[str]:
 async def pending_of(system: stead.AgentSystem, agent_id: str) -> str | None:
     async with system.store.transaction() as tx:
         return await tx.get(agent_id, "pending")
+
+
+def answer_to(request: stead.ProviderRequest) -> list[stead.Block]:
+    return [stead.Text(f"answer to {request.messages[-1].text}")]
+
+
+async def answering(path: Path, hooks: stead.Hooks) -> stead.AgentSystem:
+    """A system on `path` whose model answers every message with `answer to <its text>`."""
+    return await stead.open(url_of(path), providers={"scripted": ScriptedProvider(answer_to)}, hooks=hooks)
 
 
 def streaming(request: stead.ProviderRequest) -> ScriptedResponse:
@@ -112,9 +123,8 @@ async def test_X1_abort_during_tools_gives_running_calls_aborted_results(tmp_pat
     @stead.tool
     async def wait_forever() -> str:
         "Never finishes by itself."
-        started.set()
         try:
-            await asyncio.Event().wait()
+            await hang(started)
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -181,17 +191,17 @@ async def test_X2_settlement_is_one_transaction(tmp_path: Path) -> None:
     seen: dict[str, Any] = {}
 
     class Inspect(Ledger):
-        async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+        async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
             tx = ctx.tx
             assert tx is not None
             seen["pending"] = await tx.get(ctx.agent_id, "pending")
             seen["run_kv"] = await tx.read_prefix(ctx.agent_id, "kv.r.")
-            await super().settled_tx(ctx, error)
+            await super().settled_tx(ctx, info)
 
     class Boom(stead.Hooks):
         calls = 0
 
-        async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+        async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
             Boom.calls += 1
             if Boom.calls == 1:
                 raise RuntimeError("settlement refused once")
@@ -229,8 +239,8 @@ async def test_X2_work_accepted_while_settling_reopens_the_run(tmp_path: Path) -
     sent: list[asyncio.Task[stead.Acceptance]] = []
 
     class SendWhileSettling(Ledger):
-        async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-            await super().settled_tx(ctx, error)
+        async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+            await super().settled_tx(ctx, info)
             if not sent:
                 # another caller sends while the settlement transaction is still open
                 sent.append(
@@ -239,14 +249,7 @@ async def test_X2_work_accepted_while_settling_reopens_the_run(tmp_path: Path) -
                 for _ in range(10):  # let that send reach the store (it waits for this transaction)
                     await asyncio.sleep(0)
 
-    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        return [stead.Text(f"answer to {request.messages[-1].text}")]
-
-    async with await stead.open(
-        url_of(tmp_path / "x2b.db"),
-        providers={"scripted": ScriptedProvider(respond)},
-        hooks=SendWhileSettling(),
-    ) as system:
+    async with await answering(tmp_path / "x2b.db", SendWhileSettling()) as system:
         agent = await system.create(provider="scripted", model="m")
         holder["agent"] = agent
         await agent.send("early", id="earlymsg")
@@ -267,21 +270,14 @@ async def test_X2_work_accepted_inside_the_settlement_transaction_is_not_strande
     holder: dict[str, Any] = {}
 
     class SendInsideSettlement(Ledger):
-        async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-            await super().settled_tx(ctx, error)
+        async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+            await super().settled_tx(ctx, info)
             if "done" not in holder:
                 holder["done"] = True
                 # accepted in the settlement's own transaction (A6): committed together with it
                 await holder["agent"].send("follow-up", id="followupmsg")
 
-    def respond(request: stead.ProviderRequest) -> list[stead.Block]:
-        return [stead.Text(f"answer to {request.messages[-1].text}")]
-
-    async with await stead.open(
-        url_of(tmp_path / "x2c.db"),
-        providers={"scripted": ScriptedProvider(respond)},
-        hooks=SendInsideSettlement(),
-    ) as system:
+    async with await answering(tmp_path / "x2c.db", SendInsideSettlement()) as system:
         agent = await system.create(provider="scripted", model="m")
         holder["agent"] = agent
         await agent.send("hello", id="hellomsg")
@@ -306,8 +302,7 @@ async def test_X3_activation_and_settlement_fire_once_per_active_period_across_a
     async def build() -> str:
         "A long build."
         if block[0]:
-            started.set()
-            await asyncio.Event().wait()
+            await hang(started)
         return "built"
 
     respond = calls_then_text([stead.ToolCall("build", {})])

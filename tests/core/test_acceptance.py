@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +85,20 @@ async def open_system(url: str, respond: Any = echo, **kw: Any) -> tuple[stead.A
     return system, provider
 
 
+@asynccontextmanager
+async def new_agent(
+    url: str, respond: Any = echo, **kw: Any
+) -> AsyncIterator[tuple[stead.AgentSystem, stead.Agent, ScriptedProvider]]:
+    """An open system (`open_system`'s) and a new agent on its scripted model."""
+    system, provider = await open_system(url, respond, **kw)
+    async with system:
+        yield system, await system.create(provider="scripted"), provider
+
+
 # ---------------------------------------------------------------------------------------------- A1
 async def test_A1_batch_of_messages_commits_in_one_transaction(db_url: str) -> None:
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (system, agent, _):
         before = system.store.commits  # type: ignore[attr-defined]
         accs = await agent.deliver(
             [stead.Input("one"), stead.Input("two"), stead.Input("three", delivery="steer")]
@@ -134,9 +143,7 @@ async def test_A1_batch_is_all_or_nothing_under_a_failure_at_any_operation(db_ur
 
 
 async def test_A1_concurrent_sends_of_one_id_are_accepted_exactly_once(db_url: str) -> None:
-    system, provider = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (_, agent, provider):
         mid = new_id()
         accs = await asyncio.gather(*(agent.send("hello", id=mid) for _ in range(10)))
         assert sum(a.created for a in accs) == 1
@@ -150,9 +157,7 @@ async def test_A1_concurrent_sends_of_one_id_are_accepted_exactly_once(db_url: s
 # ---------------------------------------------------------------------------------------------- A2
 async def test_A2_send_returns_only_after_the_durable_write(db_url: str, db_target: Path | str) -> None:
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (_, agent, _):
         acc = await agent.send("durable?")
         # a separate connection sees the committed acceptance: it is on disk, not only in memory
         keys = {r[0] for r in raw_rows(db_target, "SELECT key FROM kv WHERE agent_id=?", (agent.id,))}
@@ -203,9 +208,7 @@ async def test_A2_failed_write_raises_and_leaves_no_trace(db_url: str) -> None:
 
 
 async def test_A2_crash_during_send_raises_and_leaves_no_trace_after_restart(db_url: str) -> None:
-    system, _ = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (system, agent, _):
         aid = agent.id
     for k in range(50):  # crash at each operation of the send in turn
         faults = Faults()
@@ -230,9 +233,7 @@ async def test_A2_crash_during_send_raises_and_leaves_no_trace_after_restart(db_
 
 # ---------------------------------------------------------------------------------------------- A3
 async def test_A3_repeated_id_returns_created_false_and_queues_nothing(db_url: str) -> None:
-    system, provider = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (system, agent, provider):
         mid = new_id()
         first = await agent.send("hello", id=mid)
         assert first.created and first.id == mid
@@ -252,9 +253,7 @@ async def test_A3_repeated_id_returns_created_false_and_queues_nothing(db_url: s
 
 async def test_A3_repeated_id_while_still_queued_is_not_queued_twice(db_url: str) -> None:
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (system, agent, _):
         await agent.send("first")
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)
         mid = new_id()
@@ -270,9 +269,7 @@ async def test_A3_repeated_id_while_still_queued_is_not_queued_twice(db_url: str
 
 async def test_A3_restart_keeps_the_identity(db_url: str) -> None:
     mid = new_id()
-    system, _ = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (system, agent, _):
         aid = agent.id
         await agent.send("once", id=mid)
         await agent.wait_idle(TIMEOUT)
@@ -285,9 +282,7 @@ async def test_A3_restart_keeps_the_identity(db_url: str) -> None:
 
 
 async def test_A3_duplicate_ids_in_one_delivery_are_refused(db_url: str) -> None:
-    system, _ = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (system, agent, _):
         mid = new_id()
         with pytest.raises(stead.InvalidInput):
             await agent.deliver([stead.Input("a", id=mid), stead.Input("b", id=mid)])
@@ -306,9 +301,7 @@ async def test_A4_activation_hook_runs_in_the_accepting_transaction(db_url: str)
             await ctx.tx.write(ctx.agent_id, "kv.a.activated", ctx.run_id or "")
 
     gate = Gate()
-    system, _ = await open_system(db_url, gate, hooks=H())
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate, hooks=H()) as (system, agent, _):
         before = system.store.commits  # type: ignore[attr-defined]
         acc = await agent.send("go")
         assert system.store.commits - before == 1  # type: ignore[attr-defined]
@@ -336,9 +329,7 @@ async def test_A4_failing_activation_hook_refuses_the_message(db_url: str) -> No
 
     hooks = Refuse()
     rec = Recorder()
-    system, provider = await open_system(db_url, hooks=[hooks, rec])
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, hooks=[hooks, rec]) as (system, agent, provider):
         with pytest.raises(PermissionError, match="no new runs"):
             await agent.send("refused")
         assert await kv(system, agent.id) == {}
@@ -394,9 +385,7 @@ async def test_A5_agent_with_an_unconsumed_message_never_reports_settled(
             agent = holder["agent"]
             observed.append((event.type, agent.active, durable_pending(agent_id)))
 
-    system, _ = await open_system(db_url, gate, hooks=Watch())
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate, hooks=Watch()) as (_, agent, _):
         holder["agent"] = agent
         await agent.send("first")
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)
@@ -421,9 +410,7 @@ async def test_A5_agent_with_an_unconsumed_message_never_reports_settled(
 
 async def test_A5_wait_idle_does_not_return_while_a_message_is_queued(db_url: str) -> None:
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (system, agent, _):
         await agent.send("first")
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)
         await agent.send("second")
@@ -439,9 +426,7 @@ async def test_A5_wait_idle_does_not_return_while_a_message_is_queued(db_url: st
 # ---------------------------------------------------------------------------------------------- A6
 async def test_A6_accept_in_caller_transaction_then_rollback_leaves_no_live_effect(db_url: str) -> None:
     rec = Recorder()
-    system, provider = await open_system(db_url, hooks=rec)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, hooks=rec) as (system, agent, provider):
 
         class Boom(Exception):
             pass
@@ -469,9 +454,7 @@ async def test_A6_accept_in_caller_transaction_then_rollback_leaves_no_live_effe
 
 async def test_A6_accept_in_caller_transaction_starts_the_run_only_after_commit(db_url: str) -> None:
     rec = Recorder()
-    system, provider = await open_system(db_url, hooks=rec)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, hooks=rec) as (system, agent, provider):
         async with system.store.transaction() as tx:
             await agent.send("one")
             await agent.steer("two")
@@ -492,9 +475,7 @@ async def test_A6_accept_in_caller_transaction_starts_the_run_only_after_commit(
 # ---------------------------------------------------------------------------------------------- A7
 async def test_A7_payload_is_copied_at_admission(db_url: str) -> None:
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (system, agent, _):
         meta: dict[str, Any] = {"tags": ["a"], "n": 1}
         blocks: list[stead.Block] = [stead.Text("original")]
         task = asyncio.create_task(agent.send(blocks, metadata=meta))
@@ -536,9 +517,7 @@ async def test_A7_payload_is_copied_at_admission(db_url: str) -> None:
 async def test_A7_invalid_input_is_refused_before_any_write(
     db_url: str, kwargs: dict[str, Any], error: type[Exception]
 ) -> None:
-    system, provider = await open_system(db_url, max_payload_bytes=4000)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, max_payload_bytes=4000) as (system, agent, provider):
         ops = system.store.ops
         kwargs = dict(kwargs)  # the parametrized dict is shared by the store parametrizations
         content = kwargs.pop("content")
@@ -560,9 +539,7 @@ def _as_input(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_A7_oversize_message_names_the_limit(db_url: str) -> None:
-    system, _ = await open_system(db_url, max_payload_bytes=100)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, max_payload_bytes=100) as (_, agent, _):
         with pytest.raises(stead.InvalidInput, match="100"):
             await agent.send("x" * 200)
         assert (await agent.send("x" * 20)).created
@@ -589,9 +566,7 @@ async def test_A7_calls_on_a_closed_agent_are_refused(db_url: str) -> None:
 
 
 async def test_A7_deleted_agent_refuses_calls(db_url: str) -> None:
-    system, _ = await open_system(db_url)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url) as (system, agent, _):
         await system.delete(agent.id)
         with pytest.raises(stead.Closed):
             await agent.send("gone")
@@ -606,9 +581,7 @@ async def test_A1_a_batch_is_accepted_in_a_fixed_number_of_round_trips(db_url: s
     record — never a round trip per message; ids seen before are refused and the queue keeps their
     order."""
     gate = Gate()
-    system, _ = await open_system(db_url, gate)
-    async with system:
-        agent = await system.create(provider="scripted")
+    async with new_agent(db_url, gate) as (system, agent, _):
         await agent.send("first", id="first")
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)  # the run holds; the queue only grows
         ids = [new_id() for _ in range(40)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,13 @@ import stead
 from stead._ids import new_id
 from stead.core import records as R
 from stead.core.records import Queued
+from stead.extend import (
+    BeforeToolCallInfo,
+    MessageConsumedInfo,
+    PermissionModeChangedInfo,
+    SettledInfo,
+    ToolResultInfo,
+)
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from stead.store import Faults
 from tests.conftest import conversation_records
@@ -36,6 +44,20 @@ class Gate:
         self.started.set()
         await asyncio.wait_for(self.release.wait(), TIMEOUT)
         return self.answer(request)
+
+
+@asynccontextmanager
+async def first_in_flight(
+    db_url: str, **settings: Any
+) -> AsyncIterator[tuple[stead.AgentSystem, stead.Agent, Gate]]:
+    """A system whose agent (created with `settings`) has sent "first": its request is in flight, waiting
+    on the yielded `Gate` until the test releases it."""
+    gate = Gate()
+    async with await stead.open(db_url, providers={"p": ScriptedProvider(gate)}) as system:
+        agent = await system.create(provider="p", **settings)
+        await agent.send("first")
+        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+        yield system, agent, gate
 
 
 async def kv(system: stead.AgentSystem, agent_id: str, prefix: str = "") -> dict[str, str]:
@@ -156,7 +178,7 @@ async def test_C1_memory_changes_only_after_commit(db_url: str) -> None:
             self.failed = False
             self.consumed: list[str] = []
 
-        async def message_consumed_tx(self, ctx: stead.HookContext, message: stead.Message) -> None:
+        async def message_consumed_tx(self, ctx: stead.HookContext, info: MessageConsumedInfo) -> None:
             if not self.failed:
                 self.failed = True
                 raise RuntimeError("hook failed once")
@@ -182,12 +204,7 @@ async def test_C1_memory_changes_only_after_commit(db_url: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- C2
 async def test_C2_steering_outranks_sends(db_url: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url) as (_, agent, gate):
         await agent.send("send 1")
         await agent.send("send 2")
         await agent.steer("steer 1")
@@ -216,20 +233,21 @@ def one_tool_round(request: stead.ProviderRequest) -> list[stead.Block]:
     return [stead.Text(f"re: {request.messages[-1].role} {request.messages[-1].text}")]
 
 
-async def _tool_system(db_url: str, respond: Any, **kw: Any) -> tuple[stead.AgentSystem, ScriptedProvider]:
+@asynccontextmanager
+async def tool_in_flight(db_url: str) -> AsyncIterator[tuple[stead.Agent, ScriptedProvider]]:
+    """An agent that sent "start" and whose one `slow` call is running (until `tool_gate["release"]`)."""
     tool_gate["release"] = asyncio.Event()
     tool_gate["started"] = asyncio.Event()
-    provider = ScriptedProvider(respond)
-    system = await stead.open(db_url, providers={"p": provider}, tools=[slow], **kw)
-    return system, provider
-
-
-async def test_C2_sends_wait_for_tool_results_and_owed_inference(db_url: str) -> None:
-    system, provider = await _tool_system(db_url, one_tool_round)
-    async with system:
+    provider = ScriptedProvider(one_tool_round)
+    async with await stead.open(db_url, providers={"p": provider}, tools=[slow]) as system:
         agent = await system.create(provider="p", tools=["slow"])
         await agent.send("start")
         await asyncio.wait_for(tool_gate["started"].wait(), TIMEOUT)
+        yield agent, provider
+
+
+async def test_C2_sends_wait_for_tool_results_and_owed_inference(db_url: str) -> None:
+    async with tool_in_flight(db_url) as (agent, provider):
         await agent.send("later")
         tool_gate["release"].set()
         await agent.wait_idle(TIMEOUT)
@@ -249,11 +267,7 @@ async def test_C2_sends_wait_for_tool_results_and_owed_inference(db_url: str) ->
 
 
 async def test_C2_steering_joins_at_the_next_boundary_after_tool_results(db_url: str) -> None:
-    system, provider = await _tool_system(db_url, one_tool_round)
-    async with system:
-        agent = await system.create(provider="p", tools=["slow"])
-        await agent.send("start")
-        await asyncio.wait_for(tool_gate["started"].wait(), TIMEOUT)
+    async with tool_in_flight(db_url) as (agent, provider):
         await agent.send("a send")
         await agent.steer("a steer")
         tool_gate["release"].set()
@@ -266,12 +280,7 @@ async def test_C2_steering_joins_at_the_next_boundary_after_tool_results(db_url:
 
 @pytest.mark.parametrize("delivery", ["send", "steer"])
 async def test_C2_queue_mode_all_consumes_every_queued_message_at_once(db_url: str, delivery: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p", send_mode="all", steering_mode="all")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url, send_mode="all", steering_mode="all") as (_, agent, gate):
         await agent.deliver([stead.Input(f"m{i}", delivery=delivery) for i in range(3)])  # type: ignore[arg-type]
         await agent.deliver([stead.Input("m3", delivery=delivery)])  # type: ignore[arg-type]
         gate.release.set()
@@ -281,12 +290,7 @@ async def test_C2_queue_mode_all_consumes_every_queued_message_at_once(db_url: s
 
 
 async def test_C2_queue_mode_one_at_a_time_is_the_default(db_url: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url) as (_, agent, gate):
         await agent.deliver([stead.Input(f"m{i}") for i in range(3)])
         gate.release.set()
         await agent.wait_idle(TIMEOUT)
@@ -301,13 +305,8 @@ async def test_C2_invalid_queue_mode_is_refused(db_url: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- C3
 async def test_C3_message_settings_take_effect_at_consumption_and_survive_restarts(db_url: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p", model="base")
+    async with first_in_flight(db_url, model="base") as (system, agent, gate):
         aid = agent.id
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
         await agent.send("switch", model="m2", effort="high")
         # accepted but not consumed: no effect yet
         assert agent.settings["model"] == "base"
@@ -354,12 +353,7 @@ async def test_C3_provider_and_profile_travel_with_messages(db_url: str) -> None
 
 # ---------------------------------------------------------------------------------------------- C4
 async def test_C4_a_queue_entry_written_behind_the_kernel_is_consumed(db_url: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url) as (system, agent, gate):
         # another writer (an outer transaction, not the runtime) puts a message in the queue
         injected = new_id()
         async with system.store.transaction() as tx:
@@ -380,12 +374,7 @@ async def test_C4_a_queue_entry_written_behind_the_kernel_is_consumed(db_url: st
 
 
 async def test_C4_a_queue_entry_removed_behind_the_kernel_is_not_consumed(db_url: str) -> None:
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url) as (system, agent, gate):
         await agent.send("withdrawn")
         await agent.send("kept")
         async with system.store.transaction() as tx:
@@ -400,12 +389,7 @@ async def test_C4_a_queue_entry_removed_behind_the_kernel_is_not_consumed(db_url
 
 async def test_C4_each_turn_reads_the_pending_record_from_the_store(db_url: str) -> None:
     """Withdrawing queued work behind the kernel's back: the end of the turn finds nothing and settles."""
-    gate = Gate()
-    provider = ScriptedProvider(gate)
-    async with await stead.open(db_url, providers={"p": provider}) as system:
-        agent = await system.create(provider="p")
-        await agent.send("first")
-        await asyncio.wait_for(gate.started.wait(), TIMEOUT)
+    async with first_in_flight(db_url) as (system, agent, gate):
         await agent.steer("second")
         async with system.store.transaction() as tx:
             await tx.delete_prefix(agent.id, R.STEER)
@@ -583,6 +567,10 @@ async def test_C6_an_exception_in_the_provider_fails_the_turn_not_the_agent(db_u
 
 
 # ---------------------------------------------------------------------------------------------- P1
+tool_modes: list[str] = []
+"""The permission mode each `whoami` call ran with."""
+
+
 class ModeLedger(stead.Hooks):
     """Records the permission mode every hook sees."""
 
@@ -593,30 +581,29 @@ class ModeLedger(stead.Hooks):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         self.seen.append(("activated", ctx.permission_mode))
 
-    async def message_consumed_tx(self, ctx: stead.HookContext, message: stead.Message) -> None:
-        self.seen.append((f"consumed {message.text}", ctx.permission_mode))
+    async def message_consumed_tx(self, ctx: stead.HookContext, info: MessageConsumedInfo) -> None:
+        self.seen.append((f"consumed {info.message.text}", ctx.permission_mode))
 
-    async def permission_mode_changed_tx(self, ctx: stead.HookContext, old: str, new: str) -> None:
-        self.changes.append((old, new))
-        assert ctx.permission_mode == new
+    async def permission_mode_changed_tx(
+        self, ctx: stead.HookContext, info: PermissionModeChangedInfo
+    ) -> None:
+        self.changes.append((info.old, info.new))
+        assert ctx.permission_mode == info.new
 
     async def response_tx(self, ctx: stead.HookContext, info: stead.ResponseInfo) -> None:
         self.seen.append(("response", ctx.permission_mode))
 
-    async def before_tool_call(self, ctx: stead.HookContext, call: stead.ToolCall) -> stead.ToolResult | None:
+    async def before_tool_call(
+        self, ctx: stead.HookContext, info: BeforeToolCallInfo
+    ) -> stead.ToolResult | None:
         self.seen.append(("before_tool_call", ctx.permission_mode))
         return None
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
         self.seen.append(("tool_result", ctx.permission_mode))
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
         self.seen.append(("settled", ctx.permission_mode))
-
-
-tool_modes: list[str] = []
 
 
 @stead.tool
@@ -634,7 +621,6 @@ def call_whoami_once(request: stead.ProviderRequest) -> list[stead.Block]:
 
 async def test_P1_permission_mode_travels_with_messages_and_takes_effect_at_consumption(db_url: str) -> None:
     tool_modes.clear()
-    ledger = ModeLedger()
     release = asyncio.Event()
     answering = asyncio.Event()
 
@@ -645,6 +631,7 @@ async def test_P1_permission_mode_travels_with_messages_and_takes_effect_at_cons
         return call_whoami_once(request)
 
     provider = ScriptedProvider(respond)
+    ledger = ModeLedger()
     async with await stead.open(db_url, providers={"p": provider}, tools=[whoami], hooks=ledger) as system:
         agent = await system.create(provider="p", tools=["whoami"])
         assert agent.settings["permission_mode"] == "auto"

@@ -28,8 +28,9 @@ import pytest
 
 import stead
 from stead.core.fleet import FleetConfig
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider
-from tests.conftest import tool_results_since_last_user
+from tests.conftest import tool_results_since_last_user, url_of
 from tests.fakes.crash_points import KVLedger, measured_once, parametrize_crash_at, run_until_crash
 from tests.fakes.postgres import raw_rows
 
@@ -93,8 +94,8 @@ class Ledger(KVLedger):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         await self._log(ctx, ["activated", ctx.run_id, ctx.restored])
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-        await self._log(ctx, ["settled", ctx.run_id, error])
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        await self._log(ctx, ["settled", ctx.run_id, info.error])
 
 
 # On PostgreSQL the process is a worker: its timers (poll, sweep, heartbeat) would add store operations at
@@ -143,8 +144,7 @@ async def _run_once(url: str, faults: stead.store.Faults) -> bool:
 
 
 async def _count_ops(tmp_path: Path) -> int:
-    db = tmp_path / "count.db"
-    url = f"sqlite:///{db}?synchronous=off"
+    url = url_of(tmp_path / "count.db")
     await _prepare(url)
     faults = stead.store.Faults()
     assert await _run_once(url, faults)
@@ -177,7 +177,7 @@ def crash_db(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) ->
         url = str(request.getfixturevalue("pg_url"))
         return url, url
     db = tmp_path / "crash.db"
-    return f"sqlite:///{db}?synchronous=off", db
+    return url_of(db), db
 
 
 async def test_crash_at_every_store_operation(

@@ -12,6 +12,7 @@ import stead
 from stead.core import state as state_module
 from stead.core.hooks import HOOK_METHODS, HookContext, HookSet, overrides
 from stead.core.state import AgentState
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider
 from tests.conftest import tool_loop
 
@@ -28,7 +29,7 @@ class OnlySettledTx(stead.Hooks):
     def __init__(self) -> None:
         self.calls = 0
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
         self.calls += 1
 
 

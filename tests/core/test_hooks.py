@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 import stead
+from stead.extend import (
+    BeforeToolCallInfo,
+    BlockInfo,
+    MessageConsumedInfo,
+    PermissionModeChangedInfo,
+    SettledInfo,
+    ToolDispatchedInfo,
+    ToolResultInfo,
+)
 from stead.providers.scripted import ScriptedProvider
 
 TIMEOUT = 5.0
@@ -62,27 +70,27 @@ class FailFirst(stead.Hooks):
         if name == self.failing and n == 1:
             raise RuntimeError(f"{name} failed")
 
-    async def message_consumed_tx(self, ctx: stead.HookContext, message: stead.Message) -> None:
+    async def message_consumed_tx(self, ctx: stead.HookContext, info: MessageConsumedInfo) -> None:
         await self._mark("message_consumed_tx", ctx)
 
-    async def permission_mode_changed_tx(self, ctx: stead.HookContext, old: str, new: str) -> None:
+    async def permission_mode_changed_tx(
+        self, ctx: stead.HookContext, info: PermissionModeChangedInfo
+    ) -> None:
         await self._mark("permission_mode_changed_tx", ctx)
 
-    async def block_tx(self, ctx: stead.HookContext, block: Any) -> None:
+    async def block_tx(self, ctx: stead.HookContext, info: BlockInfo) -> None:
         await self._mark("block_tx", ctx)
 
     async def response_tx(self, ctx: stead.HookContext, info: stead.ResponseInfo) -> None:
         await self._mark("response_tx", ctx)
 
-    async def tool_dispatched_tx(self, ctx: stead.HookContext, calls: Sequence[stead.ToolCall]) -> None:
+    async def tool_dispatched_tx(self, ctx: stead.HookContext, info: ToolDispatchedInfo) -> None:
         await self._mark("tool_dispatched_tx", ctx)
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
         await self._mark("tool_result_tx", ctx)
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
         await self._mark("settled_tx", ctx)
 
 
@@ -113,19 +121,17 @@ async def test_transactional_hooks_see_the_open_transaction_and_commit_with_it(d
     executed.clear()
 
     class Count(stead.Hooks):
-        async def block_tx(self, ctx: stead.HookContext, block: Any) -> None:
+        async def block_tx(self, ctx: stead.HookContext, info: BlockInfo) -> None:
             assert ctx.tx is not None
             raw = await ctx.tx.get(ctx.agent_id, "kv.a.blocks")
             await ctx.tx.write(ctx.agent_id, "kv.a.blocks", str(int(raw or 0) + 1))
 
-        async def tool_result_tx(
-            self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-        ) -> None:
+        async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
             assert ctx.tx is not None
             # the result record is being committed in this very transaction
             records = [json.loads(r) for r in await ctx.tx.load(ctx.agent_id)]
-            assert records[-1]["k"] == "t" and records[-1]["b"]["i"] == call.id
-            await ctx.tx.write(ctx.agent_id, f"kv.a.result.{call.id}", result.output)
+            assert records[-1]["k"] == "t" and records[-1]["b"]["i"] == info.call.id
+            await ctx.tx.write(ctx.agent_id, f"kv.a.result.{info.call.id}", info.result.output)
 
     provider = ScriptedProvider(one_call_then_answer)
     async with await stead.open(db_url, providers={"p": provider}, tools=[act], hooks=Count()) as system:
@@ -141,8 +147,8 @@ async def test_observing_hooks_never_fail_a_run(db_url: str) -> None:
     settled_calls: list[str | None] = []
 
     class Broken(stead.Hooks):
-        async def settled(self, ctx: stead.HookContext, error: str | None) -> None:
-            settled_calls.append(error)
+        async def settled(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+            settled_calls.append(info.error)
             raise RuntimeError("observer bug")
 
         def on_event(self, agent_id: str, event: stead.Event) -> None:
@@ -151,7 +157,7 @@ async def test_observing_hooks_never_fail_a_run(db_url: str) -> None:
     done = asyncio.Event()
 
     class After(stead.Hooks):
-        async def settled(self, ctx: stead.HookContext, error: str | None) -> None:
+        async def settled(self, ctx: stead.HookContext, info: SettledInfo) -> None:
             done.set()
 
     provider = ScriptedProvider(lambda r: [stead.Text("fine")])
@@ -173,7 +179,7 @@ async def test_observing_settled_hook_runs_after_the_settlement_committed(db_url
     done = asyncio.Event()
 
     class Observe(stead.Hooks):
-        async def settled(self, ctx: stead.HookContext, error: str | None) -> None:
+        async def settled(self, ctx: stead.HookContext, info: SettledInfo) -> None:
             async with ctx.store.transaction() as tx:
                 pending = await tx.get(ctx.agent_id, "pending")
             seen.append((ctx.tx, pending is None, ctx.run_id))
@@ -222,10 +228,10 @@ async def test_before_tool_call_can_answer_a_call_without_running_it(db_url: str
 
     class Deny(stead.Hooks):
         async def before_tool_call(
-            self, ctx: stead.HookContext, call: stead.ToolCall
+            self, ctx: stead.HookContext, info: BeforeToolCallInfo
         ) -> stead.ToolResult | None:
             if ctx.permission_mode == "read_only":
-                return stead.ToolResult(call.id or "", "denied: read_only", True)
+                return stead.ToolResult(info.call.id or "", "denied: read_only", True)
             return None
 
     provider = ScriptedProvider(one_call_then_answer)
@@ -252,11 +258,11 @@ class Ledger(stead.Hooks):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         self.entries.append(("activated_tx", ctx.run_id, ctx.restored))
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
-        self.entries.append(("settled_tx", ctx.run_id, error))
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        self.entries.append(("settled_tx", ctx.run_id, info.error))
 
-    async def settled(self, ctx: stead.HookContext, error: str | None) -> None:
-        self.entries.append(("settled", ctx.run_id, error))
+    async def settled(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        self.entries.append(("settled", ctx.run_id, info.error))
         self.observed.set()
 
     def on_event(self, agent_id: str, event: stead.Event) -> None:

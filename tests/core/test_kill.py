@@ -17,6 +17,7 @@ import stead
 from stead.core.batch import IN_DOUBT_TEXT
 from stead.providers.scripted import ScriptedProvider
 from tests.core import kill_worker as W
+from tests.fakes.crash_points import finish_restored
 from tests.fakes.kill import run_and_kill
 from tests.tools.test_tools import assert_one_result_per_call
 
@@ -31,15 +32,8 @@ async def finish(db: Path) -> tuple[list[stead.Message], ScriptedProvider]:
     provider = ScriptedProvider(W.respond)
     system = await W.open_system(db, provider)
     async with system:
-        assert system.restored == [W.AGENT_ID]
-        agent = await system.get(W.AGENT_ID)
-        await agent.wait_idle(timeout=TIMEOUT)
-        assert not agent.active
-        history = await agent.history()
-        async with system.store.transaction() as tx:
-            left = [
-                k for k, _ in await tx.read_prefix(W.AGENT_ID, "") if k.startswith(("pending", "q.", "tool."))
-            ]
+        history, keys = await finish_restored(system, W.AGENT_ID, TIMEOUT)
+    left = [k for k in keys if k.startswith(("pending", "q.", "tool."))]
     assert left == []
     assert_one_result_per_call(history)
     return history, provider

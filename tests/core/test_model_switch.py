@@ -13,7 +13,8 @@ import asyncio
 import json
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 
 import stead
 from stead.core import records as R
+from stead.extend import ModelChangedInfo
 from stead.messages import Text, ToolCall
 from stead.providers.catalog import compatible, parse_model
 from stead.providers.router import ModelRouter
@@ -82,11 +84,18 @@ def test_router_compatible_on_settings() -> None:
 
 
 # -------------------------------------------------------------------------------------------- keep / reset
+@asynccontextmanager
+async def answered_first(db_url: str, model: str) -> AsyncIterator[stead.Agent]:
+    """An agent on `model` (a catalog model string) that has answered "first"."""
+    async with await stead.open(db_url, retry=FAST) as system:
+        agent = await system.create(model=model)
+        await ask(agent, "first")
+        yield agent
+
+
 async def test_compatible_switch_keeps_history(oai: OpenAIFakeServer, db_url: str) -> None:
     oai.push(Reply([Text("one")]), Reply([Text("two")]))
-    async with await stead.open(db_url, retry=FAST) as system:
-        agent = await system.create(model=f"openai:gpt-4.1-mini@{oai.base_url}")
-        await ask(agent, "first")
+    async with answered_first(db_url, f"openai:gpt-4.1-mini@{oai.base_url}") as agent:
         await ask(agent, "second", model=f"openai:gpt-4.1@{oai.base_url}")
         history = await agent.history()
         assert agent.settings["model"] == f"openai:gpt-4.1@{oai.base_url}"
@@ -100,9 +109,7 @@ async def test_incompatible_switch_resets_history_at_consumption(
 ) -> None:
     oai.push(Reply([Text("one")]))
     ant.push(Reply([Text("two")]))
-    async with await stead.open(db_url, retry=FAST) as system:
-        agent = await system.create(model=f"openai-compatible:gpt-x@{oai.base_url}")
-        await ask(agent, "first")
+    async with answered_first(db_url, f"openai-compatible:gpt-x@{oai.base_url}") as agent:
         watch = await ask(agent, "second", model=f"anthropic:claude-haiku-4-5@{ant.url}")
         history = await agent.history()
         assert agent.settings["provider"] == "catalog"
@@ -138,9 +145,7 @@ async def test_unknown_old_route_never_blocks_the_switch(
 ) -> None:
     oai.push(Reply([Text("one")]))
     ant.push(Reply([Text("two")]))
-    async with await stead.open(db_url, retry=FAST) as system:
-        agent = await system.create(model=f"openai:gpt-4.1-mini@{oai.base_url}")
-        await ask(agent, "first")
+    async with answered_first(db_url, f"openai:gpt-4.1-mini@{oai.base_url}") as agent:
         monkeypatch.delenv("OPENAI_API_KEY")  # the old route no longer resolves
         await ask(agent, "second", model=f"anthropic:claude-haiku-4-5@{ant.url}")
         history = await agent.history()
@@ -470,10 +475,9 @@ async def test_K2_reset_opens_the_new_conversation_with_the_hook_handoff(tmp_pat
         return respond
 
     class Handoff(stead.Hooks):
-        async def model_changed(
-            self, ctx: stead.HookContext, old: dict[str, Any], new: dict[str, Any]
-        ) -> str:
-            return f"Handoff from {old['provider']} to {new['provider']}: the user asked about the weather."
+        async def model_changed(self, ctx: stead.HookContext, info: ModelChangedInfo) -> str:
+            old, new = info.old["provider"], info.new["provider"]
+            return f"Handoff from {old} to {new}: the user asked about the weather."
 
     url = f"sqlite:///{tmp_path}/handoff.db"
     providers = {"a": ScriptedProvider(answer("a")), "b": ScriptedProvider(answer("b"))}

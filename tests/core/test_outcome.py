@@ -10,6 +10,7 @@ from typing import Any
 
 import stead
 from stead.core.outcome import Outcome
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 
 TIMEOUT = 5.0
@@ -21,12 +22,12 @@ class SeeSettle(stead.Hooks):
         self.after: list[tuple[Outcome | None, str | None]] = []
         self.done = asyncio.Event()
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
         assert ctx.tx is not None
-        self.tx.append((ctx.outcome, error))
+        self.tx.append((ctx.outcome, info.error))
 
-    async def settled(self, ctx: stead.HookContext, error: str | None) -> None:
-        self.after.append((ctx.outcome, error))
+    async def settled(self, ctx: stead.HookContext, info: SettledInfo) -> None:
+        self.after.append((ctx.outcome, info.error))
         self.done.set()
 
 

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import stead
+from stead.extend import SettledInfo
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import url_of
 from tests.fakes.crash_points import crash
+from tests.fakes.tools import hang
 from tests.tools.test_tools import FAST_RETRY, TIMEOUT, assert_one_result_per_call, calls_then_text
 
 
@@ -25,7 +27,7 @@ class Ledger(stead.Hooks):
     async def activated_tx(self, ctx: stead.HookContext) -> None:
         self.events.append(("activated", ctx.run_id, ctx.restored))
 
-    async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+    async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
         self.events.append(("settled", ctx.run_id, False))
 
 
@@ -86,8 +88,7 @@ async def test_R2_restart_finishes_the_dispatched_batch_before_new_messages(tmp_
     async def fetch(ctx: stead.ToolContext) -> str:
         "Fetch."
         if block[0]:
-            started.set()
-            await asyncio.Event().wait()
+            await hang(started)
         return "fetched"
 
     first_only = calls_then_text([stead.ToolCall("fetch", {})])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,26 @@ async def reloaded_history(url: str, agent_id: str) -> list[stead.Message]:
         return await (await system.get(agent_id)).history()
 
 
+@asynccontextmanager
+async def answered_hi(
+    db_url: str, provider: stead.Provider, tools: Sequence[stead.Tool] = (), **kw: Any
+) -> AsyncIterator[tuple[stead.AgentSystem, stead.Agent, Recorder]]:
+    """An agent on `provider` (offered `tools`) that was sent "hi" and is idle again, every event recorded;
+    `kw` go to `stead.open`."""
+    rec = Recorder()
+    async with await stead.open(db_url, providers={"p": provider}, tools=tools, hooks=rec, **kw) as system:
+        agent = await system.create(provider="p", tools=[t.name for t in tools])
+        await agent.send("hi")
+        await agent.wait_idle(TIMEOUT)
+        yield system, agent, rec
+
+
 # ---------------------------------------------------------------------------------------------- S1
 async def test_S1_each_completed_block_is_persisted_as_one_record(db_url: str) -> None:
     blocks: list[stead.Block] = [stead.Reasoning("let me think", signature="sig"), stead.Text("hello world")]
     blocks.append(stead.Text("second paragraph"))
     provider = ScriptedProvider(lambda r: ScriptedResponse(blocks=list(blocks), chunk=3))
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, hooks=rec) as system:
-        agent = await system.create(provider="p")
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider) as (system, agent, rec):
         recs = await records(system, agent.id)
         assert [r["k"] for r in recs] == ["u", "b", "b", "b"]  # one record per block, none per delta
         assert len({r["i"] for r in recs[1:]}) == 1
@@ -65,11 +76,7 @@ async def test_S1_half_streamed_block_is_dropped_and_memory_equals_reload(db_url
     provider = ScriptedProvider(
         lambda r: ScriptedResponse(blocks=[stead.Text("kept")], half_block="never fini")
     )
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, hooks=rec) as system:
-        agent = await system.create(provider="p")
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider) as (system, agent, rec):
         assert "never fini" in [e.text for e in rec.of(stead.TextDelta)]  # observers saw it live ...
         history = await agent.history()
         assert [(m.role, m.content) for m in history] == [
@@ -209,11 +216,7 @@ def cut_mid_second_block(request: stead.ProviderRequest) -> ScriptedResponse:
 
 async def test_S3_stream_without_done_keeps_only_persisted_blocks_and_emits_block_reset(db_url: str) -> None:
     provider = ScriptedProvider(cut_mid_second_block)
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, hooks=rec, retry=ONE_ATTEMPT) as system:
-        agent = await system.create(provider="p")
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider, retry=ONE_ATTEMPT) as (system, agent, rec):
         history = await agent.history()
         assert [(m.role, m.text) for m in history] == [
             ("user", "hi"),
@@ -238,11 +241,7 @@ async def test_S3_cut_stream_is_retried_with_a_fresh_inference(db_url: str) -> N
         return [stead.Text("complete")]
 
     provider = ScriptedProvider(respond)
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, hooks=rec, retry=NO_WAIT) as system:
-        agent = await system.create(provider="p")
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider, retry=NO_WAIT) as (system, agent, rec):
         assert len(provider.requests) == 2
         # the retry sees what was persisted, and never reuses the inference that produced a block
         assert [(m.role, m.text) for m in provider.requests[1].messages] == [
@@ -262,11 +261,7 @@ async def test_S3_a_stream_that_always_ends_early_gives_up_after_the_retry_budge
     provider = ScriptedProvider(
         lambda r: ScriptedResponse(blocks=[stead.Text("abcdef")], chunk=2, end_after=2)
     )
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, hooks=rec, retry=NO_WAIT) as system:
-        agent = await system.create(provider="p")
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider, retry=NO_WAIT) as (_, agent, rec):
         assert len(provider.requests) == NO_WAIT.max_attempts
         assert [(m.role, m.text) for m in await agent.history()] == [
             ("user", "hi"),
@@ -294,11 +289,7 @@ async def test_S4_token_usage_is_recorded_per_inference(db_url: str) -> None:
         return ScriptedResponse(blocks=blocks, usage=usage_of(n + 1))
 
     provider = ScriptedProvider(respond)
-    rec = Recorder()
-    async with await stead.open(db_url, providers={"p": provider}, tools=[ping], hooks=rec) as system:
-        agent = await system.create(provider="p", tools=["ping"])
-        await agent.send("hi")
-        await agent.wait_idle(TIMEOUT)
+    async with answered_hi(db_url, provider, [ping]) as (_, agent, rec):
         history = await agent.history()
         assert [m.usage for m in history if m.role == "assistant"] == [usage_of(1), usage_of(2), usage_of(3)]
         assert [e.usage for e in rec.of(stead.Done)] == [usage_of(1), usage_of(2), usage_of(3)]

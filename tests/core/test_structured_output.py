@@ -21,7 +21,6 @@ from stead.messages import Text, ToolCall
 from stead.providers.anthropic import AnthropicProvider
 from stead.providers.openai import OpenAIProvider
 from tests.fakes import FakeServer, Reply
-from tests.fakes.anthropic_server import AnthropicFakeServer
 from tests.fakes.openai_server import OpenAIFakeServer
 
 LABEL = {
@@ -36,22 +35,6 @@ LABEL = {
 async def lookup(order: int) -> str:
     "Look an order up."
     return f"order {order}: delivered"
-
-
-@pytest.fixture
-async def oai() -> Any:
-    server = OpenAIFakeServer()
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def ant() -> Any:
-    server = AnthropicFakeServer()
-    await server.start()
-    yield server
-    await server.close()
 
 
 def providers(oai: FakeServer | None = None, ant: FakeServer | None = None) -> dict[str, stead.Provider]:

@@ -20,6 +20,7 @@ import pytest
 import stead
 from stead.agent import check_message
 from stead.core.runtime import POISON_ATTEMPTS
+from stead.extend import BeforeToolCallInfo, BlockInfo, ToolOutputInfo, ToolResultInfo
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import conversation_records, tool_results_since_last_user
 from tests.core.test_abort_settle_close import EventLog
@@ -151,15 +152,14 @@ async def test_S5_a_lone_surrogate_from_tool_hooks_is_repaired(db_url: str) -> N
 
     class Answers(stead.Hooks):
         async def before_tool_call(
-            self, ctx: stead.HookContext, call: stead.ToolCall
+            self, ctx: stead.HookContext, info: BeforeToolCallInfo
         ) -> stead.ToolResult | None:
-            if call.name == "answered":
-                return stead.ToolResult(call.id or "", f"answered by a hook {LONE}", True)
+            if info.call.name == "answered":
+                return stead.ToolResult(info.call.id or "", f"answered by a hook {LONE}", True)
             return None
 
-        async def tool_output(
-            self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-        ) -> stead.ToolResult:
+        async def tool_output(self, ctx: stead.HookContext, info: ToolOutputInfo) -> stead.ToolResult:
+            result = info.result
             return stead.ToolResult(result.call_id, f"{result.output} (see {LONE})", result.is_error)
 
     @stead.tool(effects="read")
@@ -239,14 +239,12 @@ class Poison(stead.Hooks):
             assert ctx.tx is not None
             await ctx.tx.write(ctx.agent_id, "kv.a.poison", text + LONE)
 
-    async def block_tx(self, ctx: stead.HookContext, block: Any) -> None:
-        if isinstance(block, stead.Text):
-            await self._write(ctx, block.text)
+    async def block_tx(self, ctx: stead.HookContext, info: BlockInfo) -> None:
+        if isinstance(info.block, stead.Text):
+            await self._write(ctx, info.block.text)
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
-        await self._write(ctx, result.output)
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+        await self._write(ctx, info.result.output)
 
 
 async def test_C7_model_output_the_store_keeps_refusing_fails_the_turn_after_a_few_attempts(

@@ -109,23 +109,78 @@ def test_wrong_type_in_list(project: Path) -> None:
     assert "string" in str(e)
 
 
-def test_wrong_type_of_field(project: Path) -> None:
-    p = write(project, "agent.yaml", "name: x\ninstructions:\n  a: 1\nmodel: scripted:model.yaml\n")
-    e = error_of(p)
-    assert str(e).startswith(f"{p}:3: instructions: ")
+# (file text, line, what the error says after `file:line: `): one test each
+ERRORS = [
+    pytest.param(
+        "name: x\ninstructions:\n  a: 1\nmodel: scripted:model.yaml\n",
+        3,
+        "instructions: ",
+        id="wrong_type_of_field",
+    ),
+    pytest.param(
+        "# no name\ndescription: d\nmodel: scripted:model.yaml\n",
+        2,
+        "name: required field is missing",
+        id="missing_name",
+    ),
+    pytest.param(
+        "name: Bad Name\nmodel: scripted:model.yaml\n",
+        1,
+        "name: 'Bad Name' is not a valid name",
+        id="bad_name",
+    ),
+    pytest.param("name: ok\n\nmodel: gpt-4\n", 3, "model: must look like 'provider:model'", id="bad_model"),
+    pytest.param("- a\n- b\n", 1, "agent definition must be a YAML mapping", id="not_a_mapping"),
+    pytest.param("", 1, "agent definition is empty", id="empty"),
+    pytest.param(
+        "name: a\nmodel: scripted:model.yaml\nname: b\n", 3, "duplicate key 'name'", id="duplicate_key"
+    ),
+    pytest.param(
+        "name: x\nmodel: scripted:model.yaml\ntools:\n  - no_such_module_xyz:add\n",
+        4,
+        "tools[0]: module 'no_such_module_xyz' not found",
+        id="unknown_tool_module",
+    ),
+    pytest.param(
+        "name: x\nmodel: scripted:model.yaml\ntools: [missing.py:add]\n",
+        3,
+        "tools[0]: tool file 'missing.py' not found",
+        id="missing_tool_file",
+    ),
+    pytest.param(
+        "name: x\nmodel: scripted:model.yaml\ntools:\n  - tools.py:add\n  - tools.py:sub\n",
+        5,
+        "tools[1]: tools.py has no attribute 'sub'",
+        id="missing_attribute",
+    ),
+    pytest.param(
+        "name: x\nmodel: scripted:model.yaml\ntools: [just_a_name]\n",
+        3,
+        "tools[0]: 'just_a_name' must look like",
+        id="bad_reference",
+    ),
+    pytest.param(
+        "name: x\nmodel: scripted:model.yaml\ntools:\n - tools.py:add\n - tools.py:add\n",
+        5,
+        "tools[1]: a tool named 'add' is already listed",
+        id="duplicate_tools",
+    ),
+    pytest.param(
+        "name: x\ndescription: d\nmodel: scripted:nope.yaml\n",
+        3,
+        "model: scripted model file 'nope.yaml' not found",
+        id="missing_scripted_model_file",
+    ),
+]
 
 
-def test_missing_name(project: Path) -> None:
-    p = write(project, "agent.yaml", "# no name\ndescription: d\nmodel: scripted:model.yaml\n")
-    e = error_of(p)
-    assert str(e).startswith(f"{p}:2: name: required field is missing")
+@pytest.mark.parametrize(("text", "line", "message"), ERRORS)
+def test_errors_name_file_line_and_field(project: Path, text: str, line: int, message: str) -> None:
+    p = write(project, "agent.yaml", text)
+    assert str(error_of(p)).startswith(f"{p}:{line}: {message}")
 
 
-def test_bad_name_and_bad_model(project: Path) -> None:
-    p = write(project, "agent.yaml", "name: Bad Name\nmodel: scripted:model.yaml\n")
-    assert str(error_of(p)).startswith(f"{p}:1: name: 'Bad Name' is not a valid name")
-    p = write(project, "agent.yaml", "name: ok\n\nmodel: gpt-4\n")
-    assert str(error_of(p)).startswith(f"{p}:3: model: must look like 'provider:model'")
+def test_unknown_provider_and_the_flow_type(project: Path) -> None:
     p = write(project, "agent.yaml", "name: ok\nmodel: acme:x\n")
     assert "unknown provider 'acme'" in str(error_of(p))
     p = write(
@@ -136,52 +191,9 @@ def test_bad_name_and_bad_model(project: Path) -> None:
     assert load_definition(p).type == "flow"  # (flows are implemented since issue 16: tests/flows/)
 
 
-def test_not_a_mapping_and_empty(project: Path) -> None:
-    p = write(project, "agent.yaml", "- a\n- b\n")
-    assert str(error_of(p)).startswith(f"{p}:1: agent definition must be a YAML mapping")
-    p = write(project, "agent.yaml", "")
-    assert str(error_of(p)).startswith(f"{p}:1: agent definition is empty")
-
-
-def test_duplicate_key(project: Path) -> None:
-    p = write(project, "agent.yaml", "name: a\nmodel: scripted:model.yaml\nname: b\n")
-    assert str(error_of(p)).startswith(f"{p}:3: duplicate key 'name'")
-
-
-def test_unknown_tool_module(project: Path) -> None:
-    p = write(
-        project, "agent.yaml", "name: x\nmodel: scripted:model.yaml\ntools:\n  - no_such_module_xyz:add\n"
-    )
-    e = error_of(p)
-    assert str(e).startswith(f"{p}:4: tools[0]: module 'no_such_module_xyz' not found")
-
-
-def test_missing_tool_file(project: Path) -> None:
-    p = write(project, "agent.yaml", "name: x\nmodel: scripted:model.yaml\ntools: [missing.py:add]\n")
-    assert str(error_of(p)).startswith(f"{p}:3: tools[0]: tool file 'missing.py' not found")
-
-
-def test_missing_attribute(project: Path) -> None:
-    p = write(
-        project,
-        "agent.yaml",
-        "name: x\nmodel: scripted:model.yaml\ntools:\n  - tools.py:add\n  - tools.py:sub\n",
-    )
-    e = error_of(p)
-    assert str(e).startswith(f"{p}:5: tools[1]: tools.py has no attribute 'sub'")
-
-
-def test_not_a_tool_and_bad_reference_and_duplicates(project: Path) -> None:
+def test_not_a_tool(project: Path) -> None:
     p = write(project, "agent.yaml", "name: x\nmodel: scripted:model.yaml\ntools: [tools.py:NOT_A_TOOL]\n")
     assert "is a int, not a tool or a function" in str(error_of(p))
-    p = write(project, "agent.yaml", "name: x\nmodel: scripted:model.yaml\ntools: [just_a_name]\n")
-    assert str(error_of(p)).startswith(f"{p}:3: tools[0]: 'just_a_name' must look like")
-    p = write(
-        project,
-        "agent.yaml",
-        "name: x\nmodel: scripted:model.yaml\ntools:\n - tools.py:add\n - tools.py:add\n",
-    )
-    assert str(error_of(p)).startswith(f"{p}:5: tools[1]: a tool named 'add' is already listed")
 
 
 def test_tool_module_that_fails_to_import(project: Path) -> None:
@@ -209,11 +221,6 @@ def test_scripted_model_file_must_be_labelled(project: Path) -> None:
         stead.DefinitionError, match=r"bad\.yaml:4: rules\[0\]\.responses\[0\]: a response needs"
     ):
         load_scripted_model(m)
-
-
-def test_missing_scripted_model_file(project: Path) -> None:
-    p = write(project, "agent.yaml", "name: x\ndescription: d\nmodel: scripted:nope.yaml\n")
-    assert str(error_of(p)).startswith(f"{p}:3: model: scripted model file 'nope.yaml' not found")
 
 
 def test_definition_file_not_found(tmp_path: Path) -> None:

@@ -180,30 +180,32 @@ def test_template_syntax_error_at_load(team: Path) -> None:
         load_definition(p)
 
 
-def test_wrong_types(team: Path) -> None:
-    p = write(
-        team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\nlimits:\n  max_iterations: many\n"
-    )
-    assert str(error_of(team)).startswith(f"{p}:4: limits.max_iterations: ")
-    p = write(
-        team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\nlimits:\n  max_calls: {a: -1}\n"
-    )
-    assert str(error_of(team)).startswith(f"{p}:4: limits.max_calls: ")
-    p = write(team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\nlimits:\n  max_turns: 3\n")
-    assert str(error_of(team)).startswith(f"{p}:4: unknown key 'max_turns' in limits")
-    p = write(team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\nsub_agents: lead\n")
-    assert str(error_of(team)).startswith(f"{p}:3: sub_agents: ")
-    p = write(team, "helper.yaml", "name: helper\nmodel: [scripted:model.yaml, acme:x]\n")
+HELPER = "name: helper\nmodel: scripted:model.yaml\n"
+"""The first lines of the helper's definition; a case of `HELPER_ERRORS` adds the rest."""
+
+# (the rest of helper.yaml, line, what the error says after `file:line: `): one test each
+HELPER_ERRORS = [
+    pytest.param("limits:\n  max_iterations: many\n", 4, "limits.max_iterations: ", id="max_iterations_type"),
+    pytest.param("limits:\n  max_calls: {a: -1}\n", 4, "limits.max_calls: ", id="max_calls_type"),
+    pytest.param("limits:\n  max_turns: 3\n", 4, "unknown key 'max_turns' in limits", id="unknown_limit"),
+    pytest.param("sub_agents: lead\n", 3, "sub_agents: ", id="sub_agents_type"),
+    pytest.param("type: swarm\n", 3, "type: unknown agent type 'swarm'", id="unknown_type"),
+    pytest.param("tools:\n  - tools.py:nothing\n", 4, "tools[0]: ", id="unknown_tool_import"),
+    pytest.param(
+        "tools:\n  - no_such_module:x\n", 4, "tools[0]: module 'no_such_module' not found", id="no_module"
+    ),
+]
+
+
+@pytest.mark.parametrize(("rest", "line", "message"), HELPER_ERRORS)
+def test_helper_errors_name_file_line_and_field(team: Path, rest: str, line: int, message: str) -> None:
+    p = write(team, "helper.yaml", HELPER + rest)
+    assert str(error_of(team)).startswith(f"{p}:{line}: {message}")
+
+
+def test_unknown_provider_in_a_model_list(team: Path) -> None:
+    write(team, "helper.yaml", "name: helper\nmodel: [scripted:model.yaml, acme:x]\n")
     assert "unknown provider 'acme'" in str(error_of(team))
-    p = write(team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\ntype: swarm\n")
-    assert str(error_of(team)).startswith(f"{p}:3: type: unknown agent type 'swarm'")
-
-
-def test_unknown_tool_import(team: Path) -> None:
-    p = write(team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\ntools:\n  - tools.py:nothing\n")
-    assert str(error_of(team)).startswith(f"{p}:4: tools[0]: ")
-    p = write(team, "helper.yaml", "name: helper\nmodel: scripted:model.yaml\ntools:\n  - no_such_module:x\n")
-    assert str(error_of(team)).startswith(f"{p}:4: tools[0]: module 'no_such_module' not found")
 
 
 def test_duplicate_names_and_tool_clash(team: Path) -> None:

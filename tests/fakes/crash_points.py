@@ -26,7 +26,7 @@ import pytest
 import stead
 from stead.store import Faults
 
-__all__ = ["KVLedger", "crash", "measured_once", "parametrize_crash_at", "run_until_crash"]
+__all__ = ["KVLedger", "crash", "finish_restored", "measured_once", "parametrize_crash_at", "run_until_crash"]
 
 T = TypeVar("T")
 
@@ -88,6 +88,21 @@ async def crash(system: stead.AgentSystem, faults: Faults) -> None:
     with pytest.raises(stead.StoreCrashed):
         async with system.store.transaction() as tx:
             await tx.get("nobody", "pending")
+
+
+async def finish_restored(
+    system: stead.AgentSystem, agent_id: str, timeout: float
+) -> tuple[list[stead.Message], list[str]]:
+    """In `system`, opened after a crash (a new owner): check it restored `agent_id` alone, let the agent
+    finish its work and check it settled; returns its history and the keys left in its KV."""
+    assert system.restored == [agent_id]
+    agent = await system.get(agent_id)
+    await agent.wait_idle(timeout=timeout)
+    assert not agent.active
+    history = await agent.history()
+    async with system.store.transaction() as tx:
+        keys = [k for k, _ in await tx.read_prefix(agent_id, "")]
+    return history, keys
 
 
 class KVLedger(stead.Hooks):

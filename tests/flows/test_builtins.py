@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import stead
+from stead.extend import ToolResultInfo
 from stead.flows._artifacts import MAX_RESULT_CHARS
 from stead.flows._pipeline import PipelineError, run_pipeline
 from stead.flows._scratchpad import MAX_TASKS, TaskUpdate, apply_tasks, empty
@@ -404,10 +405,8 @@ async def test_BT3_an_artifact_is_written_in_the_transaction_of_the_result_that_
         """Runs before the artifacts hook in the result's transaction: the first commit fails (rolled back,
         the loop retries it); the second looks at what the first left behind."""
 
-        async def tool_result_tx(
-            self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-        ) -> None:
-            if call.name != "big_text":
+        async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+            if info.call.name != "big_text":
                 return
             assert ctx.tx is not None
             if not seen:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import stead
+from stead.extend import ToolResultInfo
 from tests.fakes import flows as F
 from tests.fakes.crash_points import measured_once, parametrize_crash_at, run_until_crash
 from tests.fakes.kill import run_and_kill
@@ -181,9 +182,7 @@ class Committed(stead.Hooks):
         self.count = 0
         self.changed = asyncio.Event()
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
         assert ctx.tx is not None
         ctx.tx.after_commit(self._bump)
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import stead
+from stead.extend import InstructionsInfo, ToolOutputInfo, ToolResultInfo
 from stead.providers.base import ProviderRequest, StreamEvent
 from tests.fakes import flows as F
 
@@ -32,18 +33,14 @@ class Rewrite(stead.Hooks):
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    async def instructions(self, ctx: stead.HookContext, instructions: str) -> str:
-        return f"{instructions} [run {ctx.run_id is not None}]"
+    async def instructions(self, ctx: stead.HookContext, info: InstructionsInfo) -> str:
+        return f"{info.instructions} [run {ctx.run_id is not None}]"
 
-    async def tool_output(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> stead.ToolResult:
-        return stead.ToolResult(result.call_id, f"short version of {len(result.output)} characters")
+    async def tool_output(self, ctx: stead.HookContext, info: ToolOutputInfo) -> stead.ToolResult:
+        return stead.ToolResult(info.result.call_id, f"short version of {len(info.result.output)} characters")
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
-        self.seen.append(result.output)
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+        self.seen.append(info.result.output)
 
 
 async def test_the_instructions_and_tool_output_hooks(db_url: str) -> None:
@@ -68,9 +65,7 @@ async def test_the_instructions_and_tool_output_hooks(db_url: str) -> None:
 
 
 class Broken(stead.Hooks):
-    async def tool_output(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> stead.ToolResult:
+    async def tool_output(self, ctx: stead.HookContext, info: ToolOutputInfo) -> stead.ToolResult:
         raise RuntimeError("bug in a plugin")
 
 

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 import stead
-from stead.observability import PARENT_KEY, RunRecorder, record_guardrail
+from stead.extend import SettledInfo
+from stead.observability import RunRecorder, record_guardrail
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import tool_results_since_last_user, url_of
+from tests.fakes.tools import delegating_tool, hang, never_finishing
 
 TIMEOUT = 5.0
 USAGE = stead.Usage(input_tokens=100, output_tokens=20, cached_tokens=30, cost=0.25)
@@ -119,15 +121,7 @@ async def test_failed_run_records_status_failed_with_the_error(tmp_path: Path) -
 
 
 async def test_abort_records_a_cancelled_run_and_cancels_open_tool_steps(tmp_path: Path) -> None:
-    started = asyncio.Event()
-
-    @stead.tool
-    async def wait_forever() -> str:
-        "Never finishes by itself."
-        started.set()
-        await asyncio.Event().wait()
-        return "unreachable"
-
+    wait_forever, started = never_finishing()
     provider = ScriptedProvider(tool_loop("wait_forever", 1, {}))
     async with await stead.open(
         url_of(tmp_path / "a.db"), providers={"scripted": provider}, tools=[wait_forever]
@@ -151,8 +145,7 @@ async def test_restart_mid_run_keeps_one_run_row_and_completes_it(tmp_path: Path
     @stead.tool
     async def slow(a: int, b: int) -> int:
         "Hangs in the first process."
-        started.set()
-        await asyncio.Event().wait()
+        await hang(started)
         return 0
 
     faults = stead.store.Faults()
@@ -191,17 +184,7 @@ async def test_restart_mid_run_keeps_one_run_row_and_completes_it(tmp_path: Path
 
 async def test_delegation_links_child_run_to_parent_step_and_rolls_up(tmp_path: Path) -> None:
     holder: dict[str, Any] = {}
-
-    @stead.tool
-    async def delegate(ctx: stead.ToolContext, question: str) -> str:
-        "Ask the researcher."
-        system: stead.AgentSystem = holder["system"]
-        child = await system.get(holder["child"])
-        link = {"run_id": ctx.run_id, "step_id": ctx.call_id, "agent_id": ctx.agent_id}
-        await child.send(question, metadata={PARENT_KEY: link})
-        await child.wait_idle(timeout=TIMEOUT)
-        return (await child.history())[-1].text
-
+    delegate = delegating_tool(holder)
     parent_provider = ScriptedProvider(tool_loop("delegate", 1, {"question": "what?"}))
     child_provider = ScriptedProvider(tool_loop("add", 2))
     recorder = RunRecorder(is_sub_agent=lambda name: name == "delegate")
@@ -243,7 +226,7 @@ async def test_delegation_links_child_run_to_parent_step_and_rolls_up(tmp_path: 
 
 async def test_guardrail_steps_are_recorded_in_the_callers_transaction(tmp_path: Path) -> None:
     class Limit(stead.Hooks):
-        async def settled_tx(self, ctx: stead.HookContext, error: str | None) -> None:
+        async def settled_tx(self, ctx: stead.HookContext, info: SettledInfo) -> None:
             assert ctx.tx is not None and ctx.run_id is not None
             await record_guardrail(ctx.tx, ctx.run_id, "max_iterations", "limit of 1 iteration exceeded")
 

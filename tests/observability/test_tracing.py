@@ -4,6 +4,7 @@ work, and no message content unless asked for."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import stead
-from stead.observability import PARENT_KEY, traceparent_for_call
 from stead.observability.tracing import TracingHooks
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import tool_results_since_last_user, url_of
+from tests.fakes.tools import delegating_tool, hang, never_finishing
 
 TIMEOUT = 5.0
 SECRET = "the secret user text"
@@ -63,6 +64,13 @@ def span_id(span: ReadableSpan) -> int:
     return ctx.span_id
 
 
+def child_attributes(span: ReadableSpan, name: str, parent: ReadableSpan) -> Mapping[str, Any]:
+    """The attributes of `span`, checked to be named `name`, a child of `parent`, and to have attributes."""
+    assert span.name == name and parent_id(span) == span_id(parent)
+    assert span.attributes is not None
+    return span.attributes
+
+
 async def test_spans_follow_genai_conventions_and_nest_under_the_run(tmp_path: Path) -> None:
     provider, exporter = tracing()
     scripted = ScriptedProvider(tool_loop("echo", 2, {"text": SECRET}))
@@ -86,9 +94,7 @@ async def test_spans_follow_genai_conventions_and_nest_under_the_run(tmp_path: P
     assert root.attributes["stead.run.id"] == run.id
     assert "stead.resumed" not in root.attributes
     for c in chats:
-        assert c.name == "chat m1" and parent_id(c) == span_id(root)
-        a = c.attributes
-        assert a is not None
+        a = child_attributes(c, "chat m1", root)
         assert a["gen_ai.operation.name"] == "chat"
         assert a["gen_ai.provider.name"] == "scripted"
         assert a["gen_ai.request.model"] == "m1"
@@ -96,9 +102,7 @@ async def test_spans_follow_genai_conventions_and_nest_under_the_run(tmp_path: P
         assert a["stead.run.id"] == run.id and a["stead.inference.id"] == a["stead.step.id"]
         assert "stead.turn.id" in a
     for t in tools:
-        assert t.name == "execute_tool echo" and parent_id(t) == span_id(root)
-        a = t.attributes
-        assert a is not None
+        a = child_attributes(t, "execute_tool echo", root)
         assert a["gen_ai.operation.name"] == "execute_tool"
         assert a["gen_ai.tool.name"] == "echo"
         assert a["gen_ai.tool.call.id"] == a["stead.step.id"]
@@ -143,23 +147,7 @@ async def test_content_is_captured_only_when_asked(tmp_path: Path) -> None:
 async def test_child_agent_span_nests_under_the_parents_execute_tool_span(tmp_path: Path) -> None:
     provider, exporter = tracing()
     holder: dict[str, Any] = {}
-
-    @stead.tool
-    async def delegate(ctx: stead.ToolContext, question: str) -> str:
-        "Ask the helper."
-        system: stead.AgentSystem = holder["system"]
-        child = await system.get(holder["child"])
-        link = {
-            "run_id": ctx.run_id,
-            "step_id": ctx.call_id,
-            "agent_id": ctx.agent_id,
-            "traceparent": traceparent_for_call(ctx.call_id),
-        }
-        assert link["traceparent"] is not None
-        await child.send(question, metadata={PARENT_KEY: link})
-        await child.wait_idle(timeout=TIMEOUT)
-        return (await child.history())[-1].text
-
+    delegate = delegating_tool(holder, traced=True)
     async with await stead.open(
         url_of(tmp_path / "n.db"),
         providers={
@@ -195,8 +183,7 @@ async def test_resumed_run_is_marked_and_linked_to_the_original_trace(tmp_path: 
     async def work(text: str) -> str:
         "Hangs in the first process, finishes in the second."
         if not holder.get("second"):
-            started.set()
-            await asyncio.Event().wait()
+            await hang(started)
         return text
 
     holder: dict[str, Any] = {}
@@ -243,15 +230,7 @@ async def test_resumed_run_is_marked_and_linked_to_the_original_trace(tmp_path: 
 
 async def test_abort_ends_spans_with_a_cancelled_status(tmp_path: Path) -> None:
     provider, exporter = tracing()
-    started = asyncio.Event()
-
-    @stead.tool
-    async def wait_forever() -> str:
-        "Never finishes."
-        started.set()
-        await asyncio.Event().wait()
-        return ""
-
+    wait_forever, started = never_finishing()
     async with await stead.open(
         url_of(tmp_path / "x.db"),
         providers={"scripted": ScriptedProvider(tool_loop("wait_forever", 1, {}))},

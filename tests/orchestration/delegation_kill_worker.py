@@ -19,6 +19,7 @@ if __package__ in (None, ""):  # run as a script: make `stead` and `tests` impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import stead
+from stead.extend import ToolResultInfo
 from stead.providers.scripted import ScriptedProvider
 from tests.orchestration import support
 
@@ -74,10 +75,8 @@ def write_team(directory: Path) -> None:
 class StopBeforeParentCommit(stead.Hooks):
     """Blocks inside the transaction that commits the lead's first delegation result (it never commits)."""
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
-        if BLOCK and MODE == "parent_commit" and call.name == "worker":
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+        if BLOCK and MODE == "parent_commit" and info.call.name == "worker":
             await _stop_here(f"PARENT_COMMIT {ctx.agent_id}")
 
 

@@ -10,14 +10,13 @@ built-in SQLite store it extends, through its public `open` only.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import stead
 from stead.extend import Tx
 from stead.store.sqlite import SqliteStore
-from stead.testing import Faults
 
 SCHEME = "memo"
 
@@ -28,19 +27,11 @@ class MemoStore(SqliteStore):
     commits_seen: int
 
     @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        faults: Faults | None = None,
-        migrations: Mapping[str, Sequence[str]] | None = None,
-        readonly: bool = False,
-    ) -> MemoStore:
+    async def open(cls, url: str, **options: Any) -> MemoStore:
+        """`StoreClass.open`: the options (`faults`, `migrations`, `readonly`) go to the SQLite store."""
         if not url.startswith(f"{SCHEME}:"):
             raise stead.InvalidInput(f"not a {SCHEME} URL: {url!r}")
-        store = await super().open(
-            "sqlite:" + url[len(SCHEME) + 1 :], faults=faults, migrations=migrations, readonly=readonly
-        )
+        store = await super().open("sqlite:" + url[len(SCHEME) + 1 :], **options)
         assert isinstance(store, MemoStore)
         store.url = url
         store.commits_seen = 0

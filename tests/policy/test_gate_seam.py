@@ -5,7 +5,7 @@ same seam a third-party approvals layer would build on."""
 from __future__ import annotations
 
 import stead
-from stead.extend import Gate, HookContext
+from stead.extend import CallDecidedInfo, Gate, GateCallInfo, HookContext
 from stead.providers.scripted import ScriptedProvider
 from tests.policy.support import TIMEOUT, TOOLS, ran, respond, results
 
@@ -17,20 +17,16 @@ class HoldWrites(stead.Hooks):
         self.held: list[str] = []
         self.decided: list[tuple[str, str]] = []
 
-    async def gate_call_tx(
-        self, ctx: HookContext, call: stead.ToolCall, tool: stead.Tool | None
-    ) -> Gate | None:
-        if call.name == "write_file":
-            self.held.append(call.id or "")
+    async def gate_call_tx(self, ctx: HookContext, info: GateCallInfo) -> Gate | None:
+        if info.call.name == "write_file":
+            self.held.append(info.call.id or "")
             return Gate.ask("writes need a look", ref=f"req-{len(self.held)}")
-        if call.name == "fetch":
+        if info.call.name == "fetch":
             return Gate.deny("refused: no network here")
         return None
 
-    async def call_decided_tx(
-        self, ctx: HookContext, call: stead.ToolCall, decision: str, note: str | None
-    ) -> None:
-        self.decided.append((call.name, decision))
+    async def call_decided_tx(self, ctx: HookContext, info: CallDecidedInfo) -> None:
+        self.decided.append((info.call.name, info.decision))
 
 
 def _open(url: str, hooks: HoldWrites) -> stead.system.Opening:

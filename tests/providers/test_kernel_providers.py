@@ -34,6 +34,12 @@ FAST = stead.RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05)
 
 # -------------------------------------------------------------------------------------------- tools
 executions: Counter[str] = Counter()
+"""Call id → how many times `lookup` ran for it (reset before each test)."""
+
+
+@pytest.fixture(autouse=True)
+def _reset_executions() -> None:
+    executions.clear()
 
 
 @stead.tool
@@ -41,11 +47,6 @@ async def lookup(city: str, ctx: stead.ToolContext) -> str:
     "Look up the weather of a city."
     executions[ctx.call_id] += 1
     return f"sunny in {city}"
-
-
-@pytest.fixture(autouse=True)
-def _reset_executions() -> None:
-    executions.clear()
 
 
 # -------------------------------------------------------------------------------------------- kits
@@ -221,6 +222,15 @@ async def ask(agent: stead.Agent, text: str, **kwargs: Any) -> Watch:
     return watch
 
 
+async def converse(kit: Kit, url: str, text: str) -> tuple[stead.Agent, list[stead.Message], Watch]:
+    """A new agent once it has answered `text` (its system closed again), its history and what it emitted
+    meanwhile."""
+    async with await kit.open(url) as system:
+        agent = await kit.create(system)
+        watch = await ask(agent, text)
+        return agent, await agent.history(), watch
+
+
 def shape(history: list[stead.Message]) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """History without ids: what the conversation says, comparable across providers."""
     out: list[tuple[str, list[tuple[Any, ...]]]] = []
@@ -257,10 +267,7 @@ def assert_calls_settled_once(history: list[stead.Message]) -> None:
 async def test_plain_answer_streams_deltas_and_records_usage(kit: Kit, db_url: str) -> None:
     usage = Usage(input_tokens=120, output_tokens=30, cached_tokens=20)
     kit.push(Reply([Text("Hello there, friend.")], chunk=4, usage=usage))
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        watch = await ask(agent, "hi")
-        history = await agent.history()
+    agent, history, watch = await converse(kit, db_url, "hi")
     assert shape(history) == [("user", [("text", "hi")]), ("assistant", [("text", "Hello there, friend.")])]
     deltas = watch.of(stead.TextDelta)
     assert len(deltas) > 1 and "".join(d.text for d in deltas) == "Hello there, friend."
@@ -273,10 +280,7 @@ async def test_plain_answer_streams_deltas_and_records_usage(kit: Kit, db_url: s
 
 async def test_single_tool_call_is_executed_and_answered(kit: Kit, db_url: str) -> None:
     kit.push(Reply([ToolCall("lookup", {"city": "Paris"})], chunk=5), Reply([Text("Paris is sunny.")]))
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        watch = await ask(agent, "weather in Paris?")
-        history = await agent.history()
+    _, history, watch = await converse(kit, db_url, "weather in Paris?")
     assert shape(history) == [
         ("user", [("text", "weather in Paris?")]),
         ("assistant", [("call", "lookup", {"city": "Paris"})]),
@@ -296,10 +300,7 @@ async def test_parallel_tool_calls_are_executed_and_answered_in_order(kit: Kit, 
         Reply([ToolCall("lookup", {"city": "Paris"}), ToolCall("lookup", {"city": "Rome"})], chunk=4),
         Reply([Text("Both sunny.")]),
     )
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        await ask(agent, "weather in Paris and Rome?")
-        history = await agent.history()
+    _, history, _ = await converse(kit, db_url, "weather in Paris and Rome?")
     assert shape(history) == [
         ("user", [("text", "weather in Paris and Rome?")]),
         ("assistant", [("call", "lookup", {"city": "Paris"}), ("call", "lookup", {"city": "Rome"})]),
@@ -337,10 +338,7 @@ async def test_reasoning_is_persisted_and_replayed(kit: Kit, db_url: str) -> Non
 @pytest.mark.parametrize("fault", ["429", "500", "overloaded", "stream_error"])
 async def test_transient_fault_is_retried_transparently(kit: Kit, fault: str, db_url: str) -> None:
     kit.push(kit.fault(fault), Reply([Text("Recovered answer.")], chunk=4))
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        watch = await ask(agent, "hi")
-        history = await agent.history()
+    _, history, watch = await converse(kit, db_url, "hi")
     assert shape(history) == [("user", [("text", "hi")]), ("assistant", [("text", "Recovered answer.")])]
     assert kit.request_count == 2
     assert [d.reason for d in watch.of(stead.Done)] == ["stop"]
@@ -349,10 +347,7 @@ async def test_transient_fault_is_retried_transparently(kit: Kit, fault: str, db
 
 async def test_cut_stream_mid_block_is_retried_without_trace(kit: Kit, db_url: str) -> None:
     kit.push(kit.cut_mid_text("This text is cut off midway."), Reply([Text("Whole answer.")], chunk=4))
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        watch = await ask(agent, "hi")
-        history = await agent.history()
+    _, history, watch = await converse(kit, db_url, "hi")
     assert shape(history) == [("user", [("text", "hi")]), ("assistant", [("text", "Whole answer.")])]
     assert kit.request_count == 2
     # S3: observers saw the half block's deltas, then were told to drop them
@@ -480,10 +475,7 @@ async def test_cut_tool_call_stream_never_duplicates_a_call(kit: Kit, where: str
         Reply([ToolCall("lookup", {"city": "Paris"}), ToolCall("lookup", {"city": "Rome"})], chunk=4),
         Reply([Text("Both sunny.")]),
     )
-    async with await kit.open(db_url) as system:
-        agent = await kit.create(system)
-        await ask(agent, "weather?")
-        history = await agent.history()
+    agent, history, _ = await converse(kit, db_url, "weather?")
     assert_calls_settled_once(history)
     calls, results = calls_and_results(history)
     by_id = {r.call_id: r for r in results}

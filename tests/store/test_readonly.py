@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import stead
 from stead.errors import ReadOnly
 from stead.providers.scripted import ScriptedProvider
 from stead.store.sqlite import SqliteStore
+from tests.fakes.postgres import raw_rows
 from tests.fakes.slow_owner import AGENT_ID, ANSWER, MESSAGE_ID, QUESTION, SlowOwner
 
 TIMEOUT = 10.0
@@ -128,10 +128,7 @@ async def test_open_is_an_async_context_manager_without_await(db_url: str) -> No
 
 
 def _write_meta(path: Path, version: int) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE stead_meta SET value=? WHERE key='schema_version'", (str(version),))
-    conn.commit()
-    conn.close()
+    raw_rows(path, "UPDATE stead_meta SET value=? WHERE key='schema_version'", (str(version),))
 
 
 async def test_readonly_never_creates_or_migrates(tmp_path: Path) -> None:
@@ -143,10 +140,7 @@ async def test_readonly_never_creates_or_migrates(tmp_path: Path) -> None:
     assert names(tmp_path) == []
 
     other = tmp_path / "other.db"
-    conn = sqlite3.connect(other)
-    conn.execute("CREATE TABLE invoices(id INTEGER)")
-    conn.commit()
-    conn.close()
+    raw_rows(other, "CREATE TABLE invoices(id INTEGER)")  # another application's database
     before = other.read_bytes()
     with pytest.raises(stead.StoreError, match=f"{other} is not a stead store .*tables: invoices"):
         await stead.open(f"sqlite:///{other}", readonly=True)

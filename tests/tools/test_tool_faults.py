@@ -24,6 +24,7 @@ from stead.core.batch import IN_DOUBT_TEXT
 from stead.providers.scripted import ScriptedProvider
 from tests.conftest import url_of
 from tests.core.test_abort_settle_close import EventLog
+from tests.fakes.tools import hang
 from tests.tools.test_tools import FAST_RETRY, TIMEOUT, assert_one_result_per_call, calls_then_text
 
 
@@ -204,9 +205,8 @@ async def test_T8_an_abort_still_aborts_a_tool_that_turns_the_cancellation_into_
     @stead.tool(effects="read")
     async def stubborn() -> str:
         "Turns its cancellation into an error of its own."
-        started.set()
         try:
-            await asyncio.Event().wait()
+            await hang(started)
         except asyncio.CancelledError:
             raise RuntimeError("cleanup failed") from None
         return "unreachable"

@@ -11,6 +11,7 @@ import pytest
 
 import stead
 from stead.core.batch import cut_output
+from stead.extend import ToolResultInfo
 from stead.providers.scripted import ScriptedProvider
 
 TIMEOUT = 5.0
@@ -33,10 +34,8 @@ class FullResults(stead.Hooks):
     def __init__(self) -> None:
         self.outputs: list[str] = []
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
-        self.outputs.append(result.output)
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+        self.outputs.append(info.result.output)
 
 
 def call_then_answer(name: str, args: dict[str, int]) -> ScriptedProvider:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ import pytest
 import stead
 from stead._ids import is_valid_id
 from stead.core.batch import IN_DOUBT_TEXT
+from stead.extend import ToolResultInfo
 from stead.providers.scripted import ScriptedProvider, ScriptedResponse
 from tests.conftest import tool_results_since_last_user, url_of
-from tests.fakes.crash_points import crash
+from tests.fakes.crash_points import crash, finish_restored
+from tests.fakes.tools import hang
 
 FAST_RETRY = stead.RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.01)
 TIMEOUT = 10
@@ -72,6 +75,32 @@ async def open_system(
     return system, provider
 
 
+@asynccontextmanager
+async def after_go(
+    path: Path, respond: Callable[[stead.ProviderRequest], Any], tools: list[stead.Tool], **settings: Any
+) -> AsyncIterator[stead.Agent]:
+    """A new agent offered `tools` (created with `settings`), once it has answered "go" and is idle; its
+    system stays open inside the block."""
+    system, _ = await open_system(path, respond, tools)
+    async with system:
+        agent = await system.create(provider="scripted", model="m", tools=[t.name for t in tools], **settings)
+        await agent.send("go")
+        await agent.wait_idle(timeout=TIMEOUT)
+        yield agent
+
+
+def adder(ran: list[int]) -> stead.Tool:
+    """An `add` tool that records the `a` of every call it runs in `ran`."""
+
+    @stead.tool
+    async def add(a: int, b: int) -> int:
+        "Add."
+        ran.append(a)
+        return a + b
+
+    return add
+
+
 async def store_keys(system: stead.AgentSystem, agent_id: str, prefix: str = "") -> dict[str, str]:
     async with system.store.transaction() as tx:
         return dict(await tx.read_prefix(agent_id, prefix))
@@ -91,11 +120,7 @@ async def test_T1_batch_is_committed_before_any_call_runs(tmp_path: Path) -> Non
         return "ok"
 
     respond = calls_then_text([stead.ToolCall("probe", {"n": 0}), stead.ToolCall("probe", {"n": 1})])
-    system, _ = await open_system(tmp_path / "t1.db", respond, [probe])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["probe"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t1.db", respond, [probe]) as agent:
         assert_one_result_per_call(await agent.history())
     assert len(seen) == 2
     for s in seen:
@@ -120,11 +145,7 @@ async def test_T2_calls_run_concurrently_results_commit_in_call_order(tmp_path: 
         return f"step {n}"
 
     batch = [stead.ToolCall("step", {"n": i}) for i in range(3)]
-    system, _ = await open_system(tmp_path / "t2.db", calls_then_text(batch), [step])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["step"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t2.db", calls_then_text(batch), [step]) as agent:
         history = await agent.history()
     assert finished[-1] == 0  # call 0 finished last ...
     calls, results = tool_blocks(history)
@@ -152,11 +173,7 @@ async def test_T2_concurrency_is_bounded(tmp_path: Path) -> None:
         return str(n)
 
     batch = [stead.ToolCall("slow", {"n": i}) for i in range(5)]
-    system, _ = await open_system(tmp_path / "t2b.db", calls_then_text(batch), [slow])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["slow"], max_tool_concurrency=2)
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t2b.db", calls_then_text(batch), [slow], max_tool_concurrency=2) as agent:
         assert_one_result_per_call(await agent.history())
     assert peak == 2
 
@@ -176,17 +193,15 @@ async def test_T3_result_commit_is_one_transaction_and_first_result_wins(tmp_pat
         return "remembered"
 
     class Inspect(stead.Hooks):
-        async def tool_result_tx(
-            self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-        ) -> None:
+        async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
             tx = ctx.tx
             assert tx is not None
             keys = [k for k, _ in await tx.read_prefix(ctx.agent_id, "")]
             records = [json.loads(r) for r in await tx.load(ctx.agent_id)]
             inspected.append(
                 {
-                    "entry": any(k.startswith("tool.") and k.endswith(call.id or "") for k in keys),
-                    "kv": [k for k in keys if k.startswith(f"kv.c.{call.id}.")],
+                    "entry": any(k.startswith("tool.") and k.endswith(info.call.id or "") for k in keys),
+                    "kv": [k for k in keys if k.startswith(f"kv.c.{info.call.id}.")],
                     "results": [r for r in records if r["k"] == "t"],
                 }
             )
@@ -233,11 +248,7 @@ async def test_T4_cut_off_response_settles_its_calls_with_error_results(tmp_path
             return ScriptedResponse(blocks=[stead.ToolCall("act", {"n": 1})], end_after=1)
         return [stead.Text("recovered")]
 
-    system, _ = await open_system(tmp_path / "t4.db", respond, [act])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["act"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t4.db", respond, [act]) as agent:
         history = await agent.history()
     results = assert_one_result_per_call(history)
     assert len(results) == 1
@@ -261,11 +272,7 @@ async def test_T4_failing_turn_that_owes_results_settles_them_first(tmp_path: Pa
             retryable=False,
         )
 
-    system, _ = await open_system(tmp_path / "t4b.db", respond, [act])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["act"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t4b.db", respond, [act]) as agent:
         history = await agent.history()
         assert not agent.active
     results = assert_one_result_per_call(history)
@@ -288,8 +295,7 @@ class _Blocking:
         if effect is not None:
             await effect()
         if self.block:
-            self.started.set()
-            await asyncio.Event().wait()  # never fires: the process "dies" here
+            await hang(self.started)  # the process "dies" here
         return f"finished {len(self.runs)}"
 
 
@@ -308,12 +314,7 @@ async def _interrupt_and_resume(
     state.block = False
     system2, _ = await open_system(path, respond, [tool_obj])
     async with system2:
-        assert system2.restored == [agent.id]
-        again = await system2.get(agent.id)
-        await again.wait_idle(timeout=TIMEOUT)
-        assert not again.active
-        history = await again.history()
-        left = await store_keys(system2, agent.id)
+        history, left = await finish_restored(system2, agent.id, TIMEOUT)
     assert not any(k.startswith(("tool.", "kv.c.", "pending")) for k in left)
     assert_one_result_per_call(history)
     calls, _ = tool_blocks(history)
@@ -418,12 +419,7 @@ async def test_T5_reconcile_decides_an_interrupted_call(tmp_path: Path, decision
 # ---------------------------------------------------------------------------------------------- T6
 async def test_T6_invalid_calls_get_error_results_and_the_batch_continues(tmp_path: Path) -> None:
     ran: list[int] = []
-
-    @stead.tool
-    async def add(a: int, b: int) -> int:
-        "Add."
-        ran.append(a)
-        return a + b
+    add = adder(ran)
 
     @stead.tool
     async def explode() -> str:
@@ -437,11 +433,7 @@ async def test_T6_invalid_calls_get_error_results_and_the_batch_continues(tmp_pa
         stead.ToolCall("explode", {}),  # the tool raises
         stead.ToolCall("add", {"a": 2, "b": 3}),  # fine
     ]
-    system, _ = await open_system(tmp_path / "t6.db", calls_then_text(batch), [add, explode])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["add", "explode"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t6.db", calls_then_text(batch), [add, explode]) as agent:
         history = await agent.history()
     calls, results = tool_blocks(history)
     assert_one_result_per_call(history)
@@ -458,22 +450,13 @@ async def test_T6_invalid_calls_get_error_results_and_the_batch_continues(tmp_pa
 
 async def test_T6_duplicate_call_ids_in_one_response_are_kept_once(tmp_path: Path) -> None:
     ran: list[int] = []
-
-    @stead.tool
-    async def add(a: int, b: int) -> int:
-        "Add."
-        ran.append(a)
-        return a + b
+    add = adder(ran)
 
     batch = [
         stead.ToolCall("add", {"a": 1, "b": 1}, id="dupcall"),
         stead.ToolCall("add", {"a": 9, "b": 9}, id="dupcall"),
     ]
-    system, _ = await open_system(tmp_path / "t6b.db", calls_then_text(batch), [add])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["add"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t6b.db", calls_then_text(batch), [add]) as agent:
         history = await agent.history()
     calls, results = tool_blocks(history)
     assert [c.id for c in calls] == ["dupcall"]
@@ -492,11 +475,7 @@ async def test_T7_call_ids_are_stead_generated_cuid2(tmp_path: Path) -> None:
         return ctx.call_id
 
     batch = [stead.ToolCall("echo", {}), stead.ToolCall("echo", {})]
-    system, _ = await open_system(tmp_path / "t7.db", calls_then_text(batch), [echo])
-    async with system:
-        agent = await system.create(provider="scripted", model="m", tools=["echo"])
-        await agent.send("go")
-        await agent.wait_idle(timeout=TIMEOUT)
+    async with after_go(tmp_path / "t7.db", calls_then_text(batch), [echo]) as agent:
         history = await agent.history()
     calls, results = tool_blocks(history)
     assert all(c.id is not None and is_valid_id(c.id) for c in calls)
