@@ -2,6 +2,7 @@
 
     python bench/pg_bench.py loop      [--n 200 --k 5]    tool loop on PG (Unix socket, TCP) vs SQLite FULL
     python bench/pg_bench.py accept    [--messages 4000]  acceptances/s, 1/10/100 senders, 1 and 3 processes
+                                   [--floor]          ... and one INSERT commit per message, same senders
     python bench/pg_bench.py wake      [--n 200]          accept commit -> turn start (client -> worker)
     python bench/pg_bench.py failover  [--repeats 5]      SIGKILL owner -> new owner's first commit (defaults)
     python bench/pg_bench.py zombie                       SIGSTOP/SIGCONT owner: writes accepted after steal
@@ -34,6 +35,7 @@ import psycopg
 import stead
 from stead.core.fleet import FleetConfig
 from stead.providers.scripted import ScriptedProvider
+from stead.store.postgres import parse_postgres_url
 
 ADMIN = os.environ.get("STEAD_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 SOCKET_DIR = "/var/run/postgresql"
@@ -148,16 +150,42 @@ def cmd_loop(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------------------- accept
 ACCEPTOR = r"""
-import asyncio, json, sys, time
-import stead
-from stead.providers.scripted import ScriptedProvider
+import asyncio, contextlib, json, os, sys, time
 
-async def main(url, senders, messages, agents, tag, go):
+@contextlib.asynccontextmanager
+async def stead_sender(url, agents):
+    import stead
+    from stead.providers.scripted import ScriptedProvider
+
     async with stead.open(url, run_agents=False, records=False,
                           providers={"scripted": ScriptedProvider(lambda r: [])}) as client:
         handles = [await client.get(f"acc{i}") for i in range(agents)]
+
+        async def send(agent, message_id):
+            await handles[agent].send("m", id=message_id)
+
+        yield send
+
+@contextlib.asynccontextmanager
+async def floor_sender(url, agents):
+    # the floor: the same pool size, each message one INSERT committed on its own (autocommit)
+    from psycopg_pool import AsyncConnectionPool
+    from stead.store.postgres import parse_postgres_url
+
+    conninfo, options = parse_postgres_url(url)
+    async with AsyncConnectionPool(conninfo, min_size=int(options.get("pool_min", 2)),
+                                   max_size=int(options.get("pool_max", 10)),
+                                   kwargs={"autocommit": True}, open=False) as pool:
+        async def send(agent, message_id):
+            async with pool.connection() as conn:
+                await conn.execute("INSERT INTO floor_msg (id, agent, body) VALUES (%s, %s, %s)",
+                                   (message_id, f"acc{agent}", "m"))
+
+        yield send
+
+async def main(kind, url, senders, messages, agents, tag, go):
+    async with (stead_sender if kind == "stead" else floor_sender)(url, agents) as send:
         print("ready", flush=True)
-        import os
         while not os.path.exists(go):
             time.sleep(0.001)
         lat = []
@@ -165,15 +193,57 @@ async def main(url, senders, messages, agents, tag, go):
         async def sender(s):
             for j in range(per):
                 t0 = time.perf_counter()
-                await handles[(s * 7919 + j) % agents].send("m", id=f"{tag}-{s}-{j}")
+                await send((s * 7919 + j) % agents, f"{tag}-{s}-{j}")
                 lat.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         await asyncio.gather(*(sender(s) for s in range(senders)))
         wall = time.perf_counter() - t0
         print(json.dumps({"n": per * senders, "wall": wall, "lat": sorted(lat)}), flush=True)
 
-asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]))
+a = sys.argv
+asyncio.run(main(a[1], a[2], int(a[3]), int(a[4]), int(a[5]), a[6], a[7]))
 """
+"""One accepting process: `stead` sends through `Agent.send` (a client system, `run_agents=False`); `floor`
+is the floor of acceptance — the same senders and pool size, each message one `INSERT` committed on its own
+(no idempotency check, no queue, no activation): what a database round trip per message costs."""
+
+
+def _run_acceptors(kind: str, url: str, procs: int, senders: int, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        go = Path(tmp) / "go"
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    ACCEPTOR,
+                    kind,
+                    url,
+                    str(senders),
+                    str(args.messages),
+                    str(args.agents),
+                    f"p{p}",
+                    str(go),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for p in range(procs)
+        ]
+        for c in children:
+            assert c.stdout is not None and c.stdout.readline().strip() == "ready"
+        go.write_text("go")
+        results = [json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in children]
+    total = sum(r["n"] for r in results)
+    wall = max(r["wall"] for r in results)
+    lat = sorted(x for r in results for x in r["lat"])
+    return {
+        "accepted": total,
+        "per_s_total": round(total / wall),
+        "per_s_per_process": round(total / wall / procs),
+        "p50_ms": round(pct(lat, 50) * 1e3, 2),
+        "p99_ms": round(pct(lat, 99) * 1e3, 2),
+    }
 
 
 async def _setup_agents(url: str, n: int) -> None:
@@ -185,52 +255,26 @@ async def _setup_agents(url: str, n: int) -> None:
 
 
 def cmd_accept(args: argparse.Namespace) -> None:
-    for procs in (1, 3):
-        for senders in (1, 10, 100):
-            with database("unix", pool_max="4") as url, tempfile.TemporaryDirectory() as tmp:
-                asyncio.run(_setup_agents(url, args.agents))
-                go = Path(tmp) / "go"
-                children = [
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-c",
-                            ACCEPTOR,
-                            url,
-                            str(senders),
-                            str(args.messages),
-                            str(args.agents),
-                            f"p{p}",
-                            str(go),
-                        ],
-                        stdout=subprocess.PIPE,
-                        text=True,
+    configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+    for procs, senders in configs:
+        with database("unix", pool_max="4") as url:
+            asyncio.run(_setup_agents(url, args.agents))
+            result = _run_acceptors("stead", url, procs, senders, args)
+            line: dict[str, Any] = {
+                "bench": "accept",
+                "processes": procs,
+                "senders_per_process": senders,
+                **result,
+            }
+            if args.floor:
+                with psycopg.connect(parse_postgres_url(url)[0], autocommit=True) as conn:
+                    conn.execute(
+                        "CREATE TABLE floor_msg (id text PRIMARY KEY, agent text NOT NULL, body text)"
                     )
-                    for p in range(procs)
-                ]
-                for c in children:
-                    assert c.stdout is not None and c.stdout.readline().strip() == "ready"
-                go.write_text("go")
-                results = [
-                    json.loads(c.communicate(timeout=600)[0].strip().splitlines()[-1]) for c in children
-                ]
-            total = sum(r["n"] for r in results)
-            wall = max(r["wall"] for r in results)
-            lat = sorted(x for r in results for x in r["lat"])
-            print(
-                json.dumps(
-                    {
-                        "bench": "accept",
-                        "processes": procs,
-                        "senders_per_process": senders,
-                        "accepted": total,
-                        "per_s_total": round(total / wall),
-                        "per_s_per_process": round(total / wall / procs),
-                        "p50_ms": round(pct(lat, 50) * 1e3, 2),
-                        "p99_ms": round(pct(lat, 99) * 1e3, 2),
-                    }
-                )
-            )
+                floor = _run_acceptors("floor", url, procs, senders, args)
+                line["floor"] = floor
+                line["vs_floor"] = round(result["per_s_total"] / floor["per_s_total"], 2)
+            print(json.dumps(line), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- wake
@@ -447,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("accept")
     p.add_argument("--messages", type=int, default=4000, help="per process")
     p.add_argument("--agents", type=int, default=200)
+    p.add_argument("--configs", default="1x1,1x10,1x100,3x1,3x10,3x100", help="processes x senders, ...")
+    p.add_argument("--floor", action="store_true", help="also the floor: one INSERT commit per message")
     p = sub.add_parser("wake")
     p.add_argument("--n", type=int, default=200)
     p = sub.add_parser("failover")

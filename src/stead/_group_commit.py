@@ -3,12 +3,12 @@
 An `Agent` handle validates and copies its input (A7), asks the plugins' validators (`GroupCommit.validate`),
 and hands the result to `GroupCommit.submit`. Submissions from concurrent callers are grouped into one
 transaction: a hundred concurrent senders cost one commit, their messages written by the kernel's
-`stead.core.admission.accept_many` in a fixed number of store round trips (senders with a `before`
-callback each get their own). Optimistically the whole group commits without savepoints; if one
-acceptance fails (a refusing activation hook, a store error) the group is rolled back and retried with
-each sender in its own savepoint, so a failure refuses only its own sender. Inside a caller's own open
-transaction nothing is grouped: the acceptance joins that transaction and is published only if it commits
-(A6).
+`stead.core.admission.accept_many` in a fixed number of store round trips (a sender with a `before`
+callback starts a new group only when its agent already has messages in the current one). Optimistically
+the whole group commits without savepoints; if one acceptance fails (a refusing activation hook, a store
+error) the group is rolled back and retried with each sender in its own savepoint, so a failure refuses
+only its own sender. Inside a caller's own open transaction nothing is grouped: the acceptance joins that
+transaction and is published only if it commits (A6).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ __all__ = ["BeforeAccept", "GroupCommit"]
 
 BeforeAccept = Callable[[Tx], Awaitable[None]]
 """Runs inside the accepting transaction, before the messages are accepted (a caller's own rows, such as a
-gateway's idempotency records, commit with them); raising refuses that delivery only."""
+gateway's idempotency records, commit with them); raising refuses that delivery only. It sees what earlier
+deliveries of the group left for its agent; deliveries to other agents in the same group may be accepted
+after it runs."""
 
 _Group = list[tuple[AgentRuntime, list[Inbound], "BeforeAccept | None", "asyncio.Future[list[bool]]"]]
 
@@ -161,11 +163,14 @@ class GroupCommit:
 
 async def _accept_senders(tx: Tx, batch: _Group) -> list[list[bool] | BaseException]:
     """Every sender's messages, in order, in as few store round trips as their `before` callbacks allow:
-    consecutive senders without one share one `accept_many`; a sender with one gets its own (its callback
-    sees the state the senders before it left, and its messages are accepted right after it)."""
+    consecutive senders share one `accept_many`, each sender's callback running just before its messages
+    join the group. A sender with a callback whose agent already has messages in the group starts a new
+    group, so a callback always sees what the senders before it left for its agent (its idempotency rows,
+    its activation, its events head); senders of other agents cannot change that."""
     outcomes: list[list[bool] | BaseException] = []
     group: list[tuple[AgentRuntime, Inbound]] = []
     sizes: list[int] = []
+    agents: set[str] = set()
 
     async def flush() -> None:
         if not sizes:
@@ -177,14 +182,15 @@ async def _accept_senders(tx: Tx, batch: _Group) -> list[list[bool] | BaseExcept
             at += n
         group.clear()
         sizes.clear()
+        agents.clear()
 
     for rt, items, before, _ in batch:
         if before is not None:
-            await flush()
+            if rt.id in agents:
+                await flush()
             await before(tx)
         group.extend((rt, item) for item in items)
         sizes.append(len(items))
-        if before is not None:
-            await flush()
+        agents.add(rt.id)
     await flush()
     return outcomes
