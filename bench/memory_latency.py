@@ -1,7 +1,13 @@
 """Memory latency: search over 10,000 and 100,000 notes (p50/p95), injection cost per run, write cost per
 `remember` call.
 
-    python bench/memory_latency.py [--sizes 10000,100000] [--queries 200]
+    python bench/memory_latency.py [--sizes 10000,100000] [--queries 200] [--search-only]
+        [--layouts all,users] [--exact-scan]
+
+`--exact-scan` turns the int8 scan off (float32 only, as without SimSIMD). Per size and layout it also
+reports the first search's time (a cold index: every vector read from the store, and quantized — what a
+restart costs; the store's file is in the OS cache, having just been written) and the process's resident
+memory before the store opened and after the searches.
 
 Notes are synthetic sentences of 8 words from a 2,000-word vocabulary, with random unit vectors (384
 dimensions, float32) — search cost does not depend on which model made them; the local model's query
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -27,6 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import stead
+import stead.memory._index as index_module
 import stead.memory._retrieval as retrieval
 from stead.memory import AgentMemory, MemoryConfig, MemoryPlugin, MiniLMEmbedder, Scope
 from stead.memory._model import text_hash
@@ -53,6 +61,11 @@ class RandomEmbedder:
         if kind == "query":  # the same query, the same vector: both search paths are asked the same
             return [RandomEmbedder(sum(map(ord, t)) * 7919 + len(t)).one() for t in texts]
         return [self.one() for _ in texts]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -88,12 +101,16 @@ async def search_latency(n: int, users: int, queries: int) -> dict[str, float]:
     vocab = [f"w{i}" for i in range(2000)]
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{d}/lat.db?synchronous=normal"
+        out: dict[str, float] = {}
         async with stead.open(url, memory=MemoryConfig(embedder=RandomEmbedder())) as system:
             await fill(system, n, users, rng, vocab)
+        rss0 = rss_mib()
+        async with stead.open(url, memory=MemoryConfig(embedder=RandomEmbedder())) as system:
             memory = system.memory
+            t0 = time.perf_counter()
             await memory.search("w1 w2 w3", user="u0")  # loads the vector index (once per process)
+            out["cold_first_search_s"] = round(time.perf_counter() - t0, 2)
             qs = [" ".join(rng.choice(vocab) for _ in range(6)) for _ in range(queries)]
-            out: dict[str, float] = {}
             listed: list[list[str]] = []
             # before issue 23: list every visible note, score those; after: score every vector, check the
             # best (a scope wider than WIDE_SCOPE). Same queries, same store, same process; same answers.
@@ -115,6 +132,14 @@ async def search_latency(n: int, users: int, queries: int) -> dict[str, float]:
                     listed = answers
                 else:
                     out["same_answers"] = float(answers == listed)
+            plugin = system.plugin("memory")
+            assert isinstance(plugin, MemoryPlugin)
+            idx = plugin.retriever._indexes.get("note")
+            if idx is not None and hasattr(idx, "memory_bytes"):
+                out["index_mib"] = round(idx.memory_bytes() / 2**20, 1)
+                out["int8_rows"] = float(idx.qn)
+            out["rss_before_mib"] = rss0
+            out["rss_after_mib"] = rss_mib()
     return out
 
 
@@ -197,10 +222,12 @@ async def run_costs(embedder: Any, n_notes: int, runs: int) -> dict[str, float]:
     return out
 
 
-async def main(sizes: list[int], queries: int, runs: int, search_only: bool = False) -> dict[str, Any]:
+async def main(
+    sizes: list[int], queries: int, runs: int, search_only: bool = False, layouts: Sequence[int] = (1, 1000)
+) -> dict[str, Any]:
     result: dict[str, Any] = {"search": {}}
     for n in sizes:
-        for users in (1, 1000):
+        for users in layouts:
             key = f"{n} notes, {'1 user (all candidates)' if users == 1 else '1000 users'}"
             result["search"][key] = await search_latency(n, users, queries)
             print(key, result["search"][key], flush=True)
@@ -221,6 +248,12 @@ if __name__ == "__main__":
     parser.add_argument("--search-only", action="store_true", help="skip the per-run costs")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--layouts", default="all,users", help="all (1 user), users (1000 users), or both")
+    parser.add_argument("--exact-scan", action="store_true", help="no int8 scan (float32 only)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(json.dumps(asyncio.run(main(sizes, args.queries, args.runs, args.search_only)), indent=2))
+    layouts = [{"all": 1, "users": 1000}[name] for name in args.layouts.split(",")]
+    if args.exact_scan:
+        index_module._accel = None  # as if SimSIMD were not installed
+    result = asyncio.run(main(sizes, args.queries, args.runs, args.search_only, layouts))
+    print(json.dumps(result, indent=2))

@@ -4,7 +4,10 @@ fused search with the local embedder (all-MiniLM-L6-v2), and what the fusion wei
     python bench/memory_quality.py            # recall@1/3/5 for each list, the weight sweep, JSON at the end
 
 Every query paraphrases exactly one of the 200 notes; recall@k is the share of queries whose note is among
-the first k results.
+the first k results. 200 notes are a narrow scope (listed, scored in float32); the last rows search the
+same notes the way a scope too wide to list is searched (every vector scanned — in int8 first when SimSIMD
+is installed — the best checked for visibility, lexical matches ranked without the join) and say whether
+every ranking is the listed one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ if __package__ in (None, ""):
 from bench.memory_labeled import NOTES, QUERIES
 
 import stead
+import stead.memory._index as index_module
+import stead.memory._retrieval as retrieval
 from stead.memory import MemoryConfig, MemoryPlugin, MiniLMEmbedder
 from stead.memory import _sql as rows_module
 
@@ -45,6 +50,7 @@ def recall(ranked: list[list[str]], wanted: list[str], k: int) -> float:
 
 async def run(embedder: Any = None) -> dict[str, Any]:
     embedder = embedder or MiniLMEmbedder()
+    index_module.QUANTIZE_MIN = 0  # the int8 copy from the first vector (used by the wide-scope rows only)
     out: dict[str, Any] = {"notes": len(NOTES), "queries": len(QUERIES), "embedder": embedder.model}
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{d}/quality.db?synchronous=normal"
@@ -100,6 +106,23 @@ async def run(embedder: Any = None) -> dict[str, Any]:
                 f"fused, defaults ({cfg.lexical_weight} / {cfg.vector_weight}, floor {cfg.min_similarity})",
                 await ranked(None),
             )
+            listed = {"vector": None, "fused": await ranked(None)}
+            weights.min_similarity = -1.0
+            listed["vector"] = await ranked(["vector"])
+            saved_wide, retrieval.WIDE_SCOPE = retrieval.WIDE_SCOPE, 1
+            try:
+                wide_vector = await ranked(["vector"])
+                table["vector, wide-scope path"] = row("vector, wide-scope path", wide_vector)
+                weights.min_similarity = saved_min
+                wide_fused = await ranked(None)
+                table["fused (default), wide-scope path"] = row(
+                    "fused, defaults, wide-scope path", wide_fused
+                )
+            finally:
+                retrieval.WIDE_SCOPE = saved_wide
+                weights.min_similarity = saved_min
+            out["wide_same_rankings"] = wide_vector == listed["vector"] and wide_fused == listed["fused"]
+            print("wide-scope rankings identical to the listed ones:", out["wide_same_rankings"])
             out["recall"] = table
             out["fusion_sweep"] = sweep
     return out

@@ -3,6 +3,7 @@ model that calls `remember` as told."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -43,6 +44,24 @@ def open_memory(
         tools=tools or [],
         memory=MemoryConfig(embedder=embedder if embedder is not None else HashEmbedder(), **config),
     )
+
+
+WORDS = ["cat", "dog", "train", "seat", "window", "coffee", "tea", "invoice", "euro", "plan", "hours"]
+"""The vocabulary of the mixed-scope notes (`scoped`)."""
+
+
+def scoped(pick: int, rng: random.Random) -> dict[str, object]:
+    """Where a mixed-scope test note lives, by `pick`: 0 the caller's, 1 another user's, 2 another tenant's,
+    3 another primary scope's, 4 a secondary scope (a random region)."""
+    if pick == 1:
+        return {"user": "other"}
+    if pick == 2:
+        return {"tenant": "t2"}
+    if pick == 3:
+        return {"primary": "account:7"}
+    if pick == 4:
+        return {"secondary": {"region": rng.choice(["eu", "us"])}}
+    return {}
 
 
 async def writer_agent(system: stead.AgentSystem, **settings: Any) -> stead.Agent:

@@ -20,6 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import stead
+from stead.extend import ToolResultInfo
 from stead.memory import AgentMemory, HashEmbedder, MemoryConfig
 from stead.testing import ScriptedProvider
 from tests.memory.conftest import remember_then_answer
@@ -34,10 +35,8 @@ class KillAt(stead.Hooks):
     def __init__(self, mode: str | None) -> None:
         self.mode = mode
 
-    async def tool_result_tx(
-        self, ctx: stead.HookContext, call: stead.ToolCall, result: stead.ToolResult
-    ) -> None:
-        if call.name != "remember" or self.mode is None:
+    async def tool_result_tx(self, ctx: stead.HookContext, info: ToolResultInfo) -> None:
+        if info.call.name != "remember" or self.mode is None:
             return
         assert ctx.tx is not None
         if self.mode == "in-tx":

@@ -10,7 +10,7 @@ import pytest
 
 import stead
 from stead.memory import HashEmbedder, Note, Scope, fts_query, lexical_tokens, rrf
-from tests.memory.conftest import open_memory
+from tests.memory.conftest import WORDS, open_memory, scoped
 
 
 def texts(notes: list[Note]) -> list[str]:
@@ -249,23 +249,14 @@ async def test_M5_a_scope_too_wide_to_list_gets_the_same_answer_and_isolation(
     import stead.memory._retrieval as retrieval
 
     rng = random.Random(5)
-    words = ["cat", "dog", "train", "seat", "window", "coffee", "tea", "invoice", "euro", "plan", "hours"]
+    words = WORDS
     async with open_memory(db_url) as system:
         m = system.memory
         made = []
         for i in range(120):
             text = " ".join(rng.choice(words) for _ in range(4)) + f" fact {i}."
-            kw: dict[str, object] = {}
             pick = i % 6
-            if pick == 1:
-                kw["user"] = "other"
-            elif pick == 2:
-                kw["tenant"] = "t2"
-            elif pick == 3:
-                kw["primary"] = "account:7"
-            elif pick == 4:
-                kw["secondary"] = {"region": rng.choice(["eu", "us"])}
-            made.append((await m.add(text, **kw), pick))  # type: ignore[arg-type]
+            made.append((await m.add(text, **scoped(pick, rng)), pick))  # type: ignore[arg-type]
         for note, pick in made[:12]:
             if pick == 0:
                 await (m.archive if note.text < "m" else m.delete)(note.id)

@@ -9,7 +9,7 @@ import pytest
 
 import stead
 import stead.memory
-from stead.extend import IncomingMessage, Plugin
+from stead.extend import IncomingMessage, MessageConsumedInfo, Plugin
 from stead.testing import ScriptedProvider
 
 
@@ -25,8 +25,8 @@ class Seen(stead.Hooks):
         msg = ctx.message
         self.activated.append((ctx.user, ctx.tenant, msg.user if msg else None))
 
-    async def message_consumed_tx(self, ctx: stead.HookContext, message: stead.Message) -> None:
-        self.consumed.append((message.user, ctx.user))
+    async def message_consumed_tx(self, ctx: stead.HookContext, info: MessageConsumedInfo) -> None:
+        self.consumed.append((info.message.user, ctx.user))
 
     async def run_context(self, ctx: stead.HookContext) -> Any:
         self.asked += 1

@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from stead.extend import Store
+from stead.extend import Store, Tx
 from stead.memory._embedders import NO_SEMANTIC_HINT, Embedder
-from stead.memory._index import VectorIndex
+from stead.memory._index import PAGE, VectorIndex
 from stead.memory._model import Example, Note, Scope
 from stead.memory._sql import MemorySql, lexical_tokens
 
@@ -39,9 +39,17 @@ STRATEGIES: tuple[str, ...] = ("relevant", "recent", "priority")
 POOL = 20
 """How many hits each list contributes to the fusion."""
 WIDE_SCOPE = 2000
-"""Past this many visible items — and a tenth of the stored vectors — a search scores every vector and checks
-the best for visibility, instead of listing the visible items and scoring those (the same answer; reading
-100,000 ids from the store costs more than 100,000 dot products)."""
+"""Past this many visible items a search scores every vector and checks the best for visibility, instead of
+listing the visible items and scoring those (the same answer; reading 100,000 ids from the store costs more
+than 100,000 dot products). Counting stops at 2,001: a wide scope costs no count of its size."""
+CHECK_BUDGET = 4096
+"""How many of the best vectors a wide search checks before it concludes the scope is narrower than it
+looked (few of the best are visible) and lists it after all, when it holds under a tenth of the vectors."""
+LEXICAL_ROUNDS = 3
+"""Windows of lexical matches (40, 160, 640) checked for visibility before a wide search ranks only the
+visible matches instead."""
+WARM_PAGES = 4
+"""Pages of vectors (`stead.memory._index.PAGE` rows each) per transaction while a cold index catches up."""
 
 Reranker: TypeAlias = Callable[[str, list[Note]], Awaitable[list[Note]]]
 
@@ -189,20 +197,11 @@ class Retriever:
                 await self.backfill(kind)
                 got = await self.embed([query], kind="query")
                 qvec = got[0] if got else None
+            w = self.weights
+            index = self.index(kind) if qvec is not None and self.embedder is not None else None
+            if index is not None:
+                await self._warm(index)
             async with self.store.transaction() as tx:
-                w = self.weights
-                index = self.index(kind) if qvec is not None and self.embedder is not None else None
-                found = None  # lexical only: the hits' secondary dimensions are checked, nothing listed
-                if index is not None:
-                    # reading one visible id costs ~10x scoring one vector: list when under a tenth
-                    found = await rows.candidates(
-                        tx,
-                        kind,
-                        scope,
-                        provisional=provisional,
-                        tainted=tainted,
-                        limit=max(WIDE_SCOPE, index.n // 10),
-                    )
 
                 async def admitted(seqs: list[int]) -> set[int]:
                     got = await rows.visible_among(
@@ -210,29 +209,54 @@ class Retriever:
                     )
                     return {s for s, sec in got if _admits(scope, sec)}
 
+                found = None  # the visible items, when the scope is narrow enough to list them
+                hits: list[tuple[int, float]] | None = []
+                wide = True
+                if qvec is not None and index is not None:
+                    found = await rows.candidates(
+                        tx, kind, scope, provisional=provisional, tainted=tainted, limit=WIDE_SCOPE
+                    )
+                    if found is None:
+                        # too many visible to list: score every vector, check the best for visibility
+                        hits = await index.top_visible(
+                            tx, rows, qvec, POOL, w.min_similarity, admitted, budget=CHECK_BUDGET
+                        )
+                        if hits is None:
+                            # the best vectors are mostly out of scope: reading one visible id costs ~10x
+                            # scoring one vector, so list the scope when it holds under a tenth of them
+                            found = await rows.candidates(
+                                tx,
+                                kind,
+                                scope,
+                                provisional=provisional,
+                                tainted=tainted,
+                                limit=max(WIDE_SCOPE, index.n // 10),
+                            )
+                            if found is None:
+                                hits = await index.top_visible(
+                                    tx, rows, qvec, POOL, w.min_similarity, admitted
+                                )
+                    if found is not None:
+                        plain, dims = found
+                        allowed = plain + [s for s, sec in dims if _admits(scope, sec)]
+                        # a vector hit must reach the floor: below it, a note is merely the least unrelated
+                        hits = (
+                            await index.top(tx, rows, qvec, allowed, POOL, w.min_similarity)
+                            if allowed
+                            else []
+                        )
+                        wide = False
+                elif "lexical" in use and rows.dialect == "sqlite":
+                    count = await rows.count_visible(
+                        tx, kind, scope, WIDE_SCOPE, provisional=provisional, tainted=tainted
+                    )
+                    wide = count > WIDE_SCOPE
                 lexical: list[int] = []
                 if "lexical" in use:
-                    lexical = await rows.lexical(
-                        tx, kind, scope, tokens, POOL * 2, provisional=provisional, tainted=tainted
+                    lexical = await self._lexical(
+                        tx, kind, scope, tokens, admitted, wide, provisional=provisional, tainted=tainted
                     )
-                vector: list[int] = []
-                hits: list[tuple[int, float]] = []
-                if found is not None:
-                    plain, dims = found
-                    denied = {s for s, sec in dims if not _admits(scope, sec)}
-                    allowed = plain + [s for s, _ in dims if s not in denied]
-                    lexical = [s for s in lexical if s not in denied][:POOL]
-                    if qvec is not None and index is not None and allowed:
-                        # a vector hit must reach the floor: below it, a note is merely the least unrelated
-                        hits = await index.top(tx, rows, qvec, allowed, POOL, w.min_similarity)
-                else:
-                    # too many items visible to list them (or no vectors): score every vector, check the
-                    # best for visibility (exact)
-                    ok = await admitted(lexical) if lexical else set()
-                    lexical = [s for s in lexical if s in ok][:POOL]
-                    if qvec is not None and index is not None:
-                        hits = await index.top_visible(tx, rows, qvec, POOL, w.min_similarity, admitted)
-                vector = [s for s, _ in hits]
+                vector = [s for s, _ in hits or []]
             return rrf([lexical, vector], [w.lexical, w.vector])[:limit]
         if strategy == "relevant":
             strategy = "priority"  # no words to look for: the most important items
@@ -243,6 +267,68 @@ class Retriever:
         picked = [s for s, sec in ordered if _admits(scope, sec)][:limit]
         n = len(picked)
         return [(s, float(n - i) / n) for i, s in enumerate(picked)]
+
+    async def _warm(self, index: VectorIndex) -> None:
+        """A cold index (this process has published none of its rows yet) catches up before the search,
+        in transactions of its own of a few pages each (published as each commits), so a restart over
+        1,000,000 vectors never holds the store for the whole read. Not inside a caller's transaction:
+        there the search's own catch-up reads them, to publish only if that transaction commits."""
+        if index.warmed or self.store.current() is not None:
+            return
+        index.warmed = True
+        import numpy as np
+
+        async with self.store.transaction() as tx:
+            backlog = await self.rows.count_vectors_after(tx, index.kind, index.model, index.last_seq)
+        if backlog < 2 * PAGE:
+            return  # the search's own catch-up reads them
+        index.reserve(backlog)
+        buffer = np.empty((WARM_PAGES * PAGE, index.dims), dtype=np.float32)
+        while True:
+            async with self.store.transaction() as tx:
+                staged = await index.catch_up(tx, self.rows, pages=WARM_PAGES, out=buffer)
+            if staged is None:
+                return
+
+    async def _lexical(
+        self,
+        tx: Tx,
+        kind: str,
+        scope: Scope,
+        tokens: list[str],
+        admitted: Callable[[list[int]], Awaitable[set[int]]],
+        wide: bool,
+        *,
+        provisional: bool,
+        tainted: bool,
+    ) -> list[int]:
+        """The first `POOL` lexical matches (rank, then seq) among the items visible in `scope` and
+        admitted by its secondary dimensions — the same list however it is found. A wide scope on SQLite
+        ranks every match without joining the items table and checks the best for visibility in growing
+        windows (most of the best are visible there); a narrow one, or one whose best matches were mostly
+        out of scope, ranks the visible matches only (the join)."""
+        rows = self.rows
+        if wide:
+            limit, seen = 2 * POOL, 0
+            kept: list[int] = []
+            for _ in range(LEXICAL_ROUNDS):
+                ranked = await rows.lexical_any(tx, kind, tokens, limit)
+                if ranked is None:
+                    break  # PostgreSQL: its lexical index is in the items' table, the join costs nothing
+                new = ranked[seen:]
+                ok = await admitted(new) if new else set()
+                kept.extend(s for s in new if s in ok)
+                seen = len(ranked)
+                if len(kept) >= POOL or len(ranked) < limit:
+                    return kept[:POOL]
+                limit *= 4
+        limit = 2 * POOL
+        while True:
+            got = await rows.lexical(tx, kind, scope, tokens, limit, provisional=provisional, tainted=tainted)
+            kept = [s for s, sec in got if _admits(scope, sec)]
+            if len(kept) >= POOL or len(got) < limit:
+                return kept[:POOL]
+            limit *= 4
 
     async def notes(
         self,
