@@ -151,6 +151,54 @@ async def test_PG1_write_if_absent_from_two_connections_exactly_one_wins(pg_url:
         await second.close()
 
 
+async def test_PG1_a_batch_locks_its_agents_in_one_order(pg_url: str) -> None:
+    """Batched acceptance in two processes that share agents cannot deadlock: `write_if_absent_many`
+    row-locks its agents in the order of their ids, whatever the order of its rows. A batch waiting for the
+    lock of A has therefore locked nothing after A (here: not B). In the order of its rows it would have
+    locked B first, and a second batch holding A and wanting B would have deadlocked with it: PostgreSQL
+    breaks that only after `deadlock_timeout` (1 s) by failing one of them."""
+    first = await open_store(pg_url)
+    second = await open_store(pg_url)
+    holding, release = asyncio.Event(), asyncio.Event()
+    try:
+        await add_agent(first, A)  # type: ignore[arg-type]
+        await add_agent(first, B)  # type: ignore[arg-type]
+
+        async def hold_a() -> None:
+            async with first.transaction() as tx:
+                await tx.write(A, "x", "1")
+                await tx.fetch("SELECT 1")  # waits for the server: A's row lock is held from here
+                holding.set()
+                await release.wait()
+
+        async def batch() -> list[bool]:
+            async with second.transaction() as tx:
+                return await tx.write_if_absent_many([(B, "msg.1", "send"), (A, "msg.2", "send")])
+
+        holder = asyncio.create_task(hold_a())
+        await holding.wait()
+        batcher = asyncio.create_task(batch())
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        for _ in range(1000):  # until the batch waits for A's lock (observed, not assumed)
+            if await asyncio.to_thread(raw_rows, pg_url, waiting) == [(1,)]:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the batch never waited for A's lock")
+        lock_b = "SELECT id FROM agents WHERE id = ? FOR NO KEY UPDATE NOWAIT"
+        assert await asyncio.to_thread(raw_rows, pg_url, lock_b, (B,)) == [(B,)]  # B is free
+        release.set()
+        await asyncio.wait_for(holder, 30)
+        assert await asyncio.wait_for(batcher, 30) == [True, True]
+    finally:
+        release.set()  # a failed check must not leave a transaction open
+        await first.close()
+        await second.close()
+
+
 # ---------------------------------------------------------------------------------------------- the fence
 async def test_PG2_fence_raises_lease_lost_after_an_epoch_bump_and_nothing_commits(
     store: PostgresStore, pg_url: str

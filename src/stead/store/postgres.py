@@ -737,11 +737,14 @@ class _PgTx(TxBase):
 
     async def write_if_absent_many(self, rows: Sequence[tuple[str, str, str]]) -> list[bool]:
         """One `INSERT … ON CONFLICT DO NOTHING RETURNING` for all of `rows` (each agent fenced and
-        row-locked as by `write_if_absent`); a key given twice is offered once, by its first row."""
+        row-locked as by `write_if_absent`, in the order of their ids); a key given twice is offered once,
+        by its first row."""
         if not rows:
             return []
         conn: Conn | None = None
-        for agent_id in dict.fromkeys(a for a, _, _ in rows):
+        # in one order (sorted ids): batches of two processes that share agents wait on each other, never
+        # in a cycle (a deadlock PostgreSQL breaks only after `deadlock_timeout`, failing one of them)
+        for agent_id in sorted({a for a, _, _ in rows}):
             conn = await self._w("write_if_absent_many", agent_id)
         assert conn is not None
         first: dict[tuple[str, str], int] = {}
