@@ -258,12 +258,14 @@ class EventWriter(Hooks):
     async def _write(
         self, tx: Tx, agent_id: str, run_id: str | None, type: str, body: dict[str, Any]
     ) -> StoredEvent:
-        await tx.execute(_NEXT_SEQ, (agent_id,))
+        # one round trip an event on PostgreSQL: the two writes are pipelined (a failure surfaces at the
+        # next wait and fails the transaction), only the head's read waits
+        await tx.write_sql(_NEXT_SEQ, (agent_id,))
         (row,) = await tx.fetch(_HEAD, (agent_id,))
         seq = int(row[0])
         at = time.time()
         data = dumps({"seq": seq, "type": type, "agent_id": agent_id, "run_id": run_id, "at": at, **body})
-        await tx.execute(_INSERT_EVENT, (agent_id, seq, run_id, type, data, at))
+        await tx.write_sql(_INSERT_EVENT, (agent_id, seq, run_id, type, data, at))
         event = StoredEvent(agent_id, seq, run_id, type, data)
         hub = self.hub
         tx.after_commit(lambda: hub.publish(event))

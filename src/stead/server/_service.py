@@ -423,12 +423,16 @@ class Service:
             # the fingerprints commit with the messages or not at all
             found.clear()
             marks = ",".join("?" for _ in ids)
+            # one read (one round trip on PostgreSQL): the agent's events head, and the messages seen before
             rows = await tx.fetch(
-                "SELECT message_id, fingerprint, events_after FROM stead_server_messages "
-                f"WHERE agent_id = ? AND message_id IN ({marks})",
+                "SELECT s.head_seq, m.message_id, m.fingerprint, m.events_after "
+                "FROM (SELECT CAST(? AS TEXT) AS agent_id) a "
+                "LEFT JOIN stead_server_agents s ON s.agent_id = a.agent_id "
+                "LEFT JOIN stead_server_messages m ON m.agent_id = a.agent_id "
+                f"AND m.message_id IN ({marks})",
                 (agent.id, *ids),
             )
-            known = {str(r[0]): (str(r[1]), int(r[2])) for r in rows}
+            known = {str(r[1]): (str(r[2]), int(r[3])) for r in rows if r[1] is not None}
             for inp, fp in prepared:
                 seen = known.get(str(inp.id))
                 if seen is not None and seen[0] != fp:
@@ -441,10 +445,7 @@ class Service:
                 return
             if if_busy == "reject" and agent.active:
                 raise ApiError(409, "agent_busy", f"agent {agent.id} is busy (if_busy: reject)")
-            head_rows = await tx.fetch(
-                "SELECT head_seq FROM stead_server_agents WHERE agent_id = ?", (agent.id,)
-            )
-            head = int(head_rows[0][0]) if head_rows else 0
+            head = int(rows[0][0]) if rows and rows[0][0] is not None else 0
             for inp, fp in prepared:
                 if str(inp.id) not in known:
                     await tx.write_sql(
